@@ -8,7 +8,7 @@ from tiny_policy import ToyEnvironment, tiny_policy, toy_scenarios
 
 from mapo.bench.env import step_latencies
 from mapo.bench.grpo import brevity_reward
-from mapo.bench.mfu import matmul_gflops, model_parameters, synthetic_sequences
+from mapo.bench.mfu import counted_flops, matmul_gflops, model_parameters, synthetic_sequences
 from mapo.bench.suite import BENCHMARKS, QUICK_SIZES, summary_markdown
 from mapo.losses import collate
 from mapo.testing.llama_server import free_port
@@ -16,6 +16,21 @@ from mapo.testing.llama_server import free_port
 
 def test_matmul_peak_is_a_positive_rate():
     assert matmul_gflops(torch.float32, n=64, seconds=0.01) > 0
+
+
+def test_counted_flops_follow_what_autograd_actually_computes():
+    x, w = torch.randn(8, 16, requires_grad=True), torch.randn(16, 32)  # w frozen, as LoRA's base weights
+    flops, per_op = counted_flops(lambda: (x @ w).sum().backward())
+    assert flops == 2 * (2 * 8 * 16 * 32)  # forward and the input gradient; no weight gradient
+    assert set(per_op) == {"mm"}
+
+
+def test_counted_flops_include_the_cpu_attention_kernel():
+    q, k, v = (torch.randn(1, 2, 8, 4, requires_grad=True) for _ in range(3))
+    forward, per_op = counted_flops(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v))
+    assert forward == 2 * (2 * 2 * 8 * 8 * 4) and len(per_op) == 1  # QK^T and AV per head
+    total, per_op = counted_flops(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v).sum().backward())
+    assert total > forward and len(per_op) == 2  # the backward kernel is counted too
 
 
 def test_synthetic_sequences_carry_the_policys_own_logprobs():

@@ -22,7 +22,7 @@ from mapo.config import TrainConfig
 BENCHMARKS: dict[str, str] = {
     "rollout": "batched multi-turn rollout vs one trajectory at a time (generate tok/s)",
     "train": "one packed sequence per trajectory vs one sequence per turn, 6 turns (update time)",
-    "mfu": "training tokens/s as model FLOPs (6 x params x tokens) over the measured matmul peak",
+    "mfu": "training tokens/s as counted model FLOPs per second over the measured matmul peak",
     "env": "offline environment step latency vs one policy reply",
     "llm-env": "LLM-role environment on llama.cpp: 1 vs 16 dialogues in flight (turns/s)",
     "grpo": "one single-turn GRPO step: TRL GRPOTrainer time / mapo time",
