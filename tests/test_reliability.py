@@ -204,10 +204,10 @@ def uninterrupted(tmp_path_factory):
     return RunFolder(out).read_metrics()
 
 
-def _spawn(out: Path, extra_env: dict[str, str] | None = None, resume: bool = False) -> subprocess.Popen:
+def _spawn(out: Path, extra_env: dict[str, str] | None = None, resume: bool = False, settings=CRASH) -> subprocess.Popen:
     tests = str(Path(__file__).parent)
     boot = f"import sys; sys.path.insert(0, {tests!r}); import tiny_policy; from mapo.cli import main; sys.argv = ['mapo', *sys.argv[1:]]; main()"
-    args = ["train", "--resume", str(out)] if resume else ["train", "--output", str(out), *sum((["--set", s] for s in CRASH), [])]
+    args = ["train", "--resume", str(out)] if resume else ["train", "--output", str(out), *sum((["--set", s] for s in settings), [])]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", **(extra_env or {})}
     return subprocess.Popen([sys.executable, "-c", boot, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -276,24 +276,43 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_cleanly(tmp_path, uninterrupted):
     _assert_same_run(RunFolder(resumed).read_metrics(), uninterrupted)
 
 
+LONG = [*CRASH, "steps=12", "checkpoint_every=1"]
+
+
 @pytest.mark.slow
-def test_sigkill_at_random_points_never_corrupts_the_run(tmp_path, uninterrupted):
-    """Five kills at random moments (seeded), each followed by --resume; the end result equals the uninterrupted run."""
+def test_sigkill_at_random_points_never_corrupts_the_run(tmp_path):
+    """Five SIGKILLs at seeded random moments once training is under way (the third one in the middle of
+    a checkpoint write), each followed by --resume; the run folder stays sound after every kill and the
+    finished run equals an uninterrupted one."""
+    reference = RunFolder(train(load_config(None, LONG), output=tmp_path / "reference", show_progress=False))
     out = tmp_path / "run"
     rng = np.random.default_rng(11)
-    kills = 0
+    steps_done = lambda: len(RunFolder(out).read_metrics()) if (out / "metrics.jsonl").exists() else 0
+    progress = []
     for attempt in range(5):
-        proc = _spawn(out, resume=attempt > 0 and (out / "config.yaml").exists())
-        time.sleep(float(rng.uniform(3.0, 14.0)))
-        if proc.poll() is None:
+        mid_checkpoint = attempt == 2
+        done = steps_done()
+        extra = {"MAPO_TEST_PAUSE_IN_CHECKPOINT": str(done + 1)} if mid_checkpoint else {}
+        proc = _spawn(out, extra, resume=(out / "config.yaml").exists(), settings=LONG)
+        try:
+            if mid_checkpoint:
+                _wait_for(lambda: any((out / "checkpoints").glob(".tmp-step-*/PAUSED")), proc)
+            else:  # once this process has finished a step, anywhere in the next step or two
+                _wait_for(lambda: steps_done() > done, proc)
+                time.sleep(float(rng.uniform(0.0, 2.5)))
+            assert proc.poll() is None, f"attempt {attempt}: the run finished before it could be killed"
             proc.kill()
-            kills += 1
-        proc.wait(timeout=60)
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
         _assert_folder_sound(out)
+        progress.append(len(RunFolder(out).read_metrics()))
+    assert progress[-1] < 12 and len(set(progress)) > 1, progress  # the kills landed at different points of the run
     train(resume=out, show_progress=False)
     _assert_folder_sound(out)
-    assert kills >= 3
-    _assert_same_run(RunFolder(out).read_metrics(), uninterrupted)
+    assert not list((out / "checkpoints").glob(".tmp-*"))
+    _assert_same_run(RunFolder(out).read_metrics(), reference.read_metrics())
 
 
 # -- 4. numerics at the trainer level -------------------------------------------------------------
