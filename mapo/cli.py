@@ -364,10 +364,11 @@ def bench_grpo_command(
     prompts: Annotated[int, typer.Option(help="Prompts per step.")] = 4,
     group: Annotated[int, typer.Option(help="Completions per prompt.")] = 4,
     max_new_tokens: Annotated[int, typer.Option(help="Completion length cap.")] = 48,
+    timed: Annotated[int, typer.Option(help="Timed steps after the warm-up (the fastest counts).")] = 2,
     output: BenchOutOpt = None,
 ) -> None:
     """One single-turn GRPO step: ours vs TRL's GRPOTrainer on the same model, prompts and settings."""
-    _suite_bench("grpo", config, set_, output, prompts=prompts, group=group, max_new_tokens=max_new_tokens)
+    _suite_bench("grpo", config, set_, output, prompts=prompts, group=group, max_new_tokens=max_new_tokens, timed=timed)
 
 
 @bench_app.command("all")

@@ -3,16 +3,19 @@
 Both get the same model and LoRA adapters (two `load_policy` copies from one seed),
 the same prompts (the scenarios' opening lines under the rollout system prompt),
 the same reward function, group size, reply cap, sampling temperature, learning
-rate, clip range and no KL term. Each runs two steps; the second (warm) step is
-timed: sampling + rewards + advantages + the update. Ours is `Policy.sample`,
-the `grpo` estimator and the trainer's `update`; TRL's is its training step
-(generation included), timed by a callback.
+rate, clip range and no KL term. Each runs a warm-up step and then `timed` steps,
+of which the fastest counts (the machine is shared): sampling + rewards + advantages
++ the update. Ours is `Policy.sample`, the `grpo` estimator and the trainer's `update`;
+TRL's is its training step (generation included), timed by a callback. Sampled
+replies differ in length between the two, so seconds per completion token is
+reported beside the plain step time.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import math
 import time
 from typing import Any
 
@@ -69,9 +72,9 @@ def our_step(policy: Any, optimizer: torch.optim.Optimizer, prompts: list[list[d
             "completions": float(len(samples)), "completion_tokens": float(sum(len(s.ids) for s in samples))}
 
 
-def trl_step(policy: Any, prompts: list[list[dict[str, str]]], config: TrainConfig, group: int,
-             max_new_tokens: int, workdir: str) -> dict[str, float]:
-    """Two TRL GRPOTrainer steps on `policy.model`; returns the second step's seconds."""
+def trl_steps(policy: Any, prompts: list[list[dict[str, str]]], config: TrainConfig, group: int,
+              max_new_tokens: int, workdir: str, timed: int) -> dict[str, float]:
+    """A warm-up and `timed` TRL GRPOTrainer steps on `policy.model`; returns the fastest timed step."""
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -79,7 +82,7 @@ def trl_step(policy: Any, prompts: list[list[dict[str, str]]], config: TrainConf
     class StepClock(TrainerCallback):
         def __init__(self) -> None:
             self.seconds: list[float] = []
-            self.rewards: list[float] = []
+            self.logs: list[dict[str, float]] = []
 
         def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.start = time.perf_counter()
@@ -89,14 +92,14 @@ def trl_step(policy: Any, prompts: list[list[dict[str, str]]], config: TrainConf
 
         def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
             if logs and "reward" in logs:
-                self.rewards.append(float(logs["reward"]))
+                self.logs.append(logs)
 
     def reward(completions: list[Any], **kwargs: Any) -> list[float]:
         return [brevity_reward(c[0]["content"] if isinstance(c, list) else c) for c in completions]
 
     batch = len(prompts) * group
     args = GRPOConfig(
-        output_dir=workdir, max_steps=2, per_device_train_batch_size=batch, gradient_accumulation_steps=1,
+        output_dir=workdir, max_steps=1 + timed, per_device_train_batch_size=batch, gradient_accumulation_steps=1,
         num_generations=group, max_completion_length=max_new_tokens, temperature=config.rollout.temperature,
         top_p=config.rollout.top_p, top_k=0, learning_rate=config.optim.lr, beta=0.0,
         epsilon=config.loss.eps_low, epsilon_high=config.loss.eps_high, num_iterations=1, steps_per_generation=1,
@@ -107,18 +110,20 @@ def trl_step(policy: Any, prompts: list[list[dict[str, str]]], config: TrainConf
         adam_beta1=config.optim.betas[0], adam_beta2=config.optim.betas[1],
     )
     clock = StepClock()
-    dataset = Dataset.from_list([{"prompt": p} for p in prompts] * 2)  # each step: every prompt once
+    dataset = Dataset.from_list([{"prompt": p} for p in prompts] * (1 + timed))  # each step: every prompt once
     trainer = GRPOTrainer(model=policy.model, reward_funcs=reward, args=args, train_dataset=dataset,
                           processing_class=policy.tokenizer, callbacks=[clock])
     trainer.train()
-    if len(clock.seconds) < 2:
-        raise RuntimeError(f"TRL ran {len(clock.seconds)} steps, expected 2")
-    return {"seconds": clock.seconds[1], "reward_mean": clock.rewards[1] if len(clock.rewards) > 1 else float("nan"),
-            "completions": float(batch), "completion_tokens": float("nan")}
+    if len(clock.seconds) < 1 + timed or len(clock.logs) < 1 + timed:
+        raise RuntimeError(f"TRL ran {len(clock.seconds)} steps ({len(clock.logs)} logged), expected {1 + timed}")
+    best = min(range(1, 1 + timed), key=lambda k: clock.seconds[k])
+    logs = clock.logs[best]
+    return {"seconds": clock.seconds[best], "reward_mean": float(logs["reward"]), "completions": float(batch),
+            "completion_tokens": float(logs.get("completions/mean_length", float("nan"))) * batch}
 
 
 def bench_grpo(config: TrainConfig, scenarios: list[Any], prompts: int = 4, group: int = 4,
-               max_new_tokens: int = 48) -> dict[str, Any]:
+               max_new_tokens: int = 48, timed: int = 2) -> dict[str, Any]:
     """Warm-step seconds of ours and TRL's single-turn GRPO on identical settings; skips TRL with a reason."""
     import tempfile
 
@@ -129,11 +134,12 @@ def bench_grpo(config: TrainConfig, scenarios: list[Any], prompts: int = 4, grou
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=config.optim.lr, betas=tuple(config.optim.betas),
                                   weight_decay=config.optim.weight_decay)
     torch.manual_seed(config.seed)
-    our_step(policy, optimizer, chats, config, group, max_new_tokens)  # step 1: warm-up
-    modes = {"mapo": our_step(policy, optimizer, chats, config, group, max_new_tokens)}
+    our_step(policy, optimizer, chats, config, group, max_new_tokens)  # warm-up
+    steps = [our_step(policy, optimizer, chats, config, group, max_new_tokens) for _ in range(timed)]
+    modes = {"mapo": min(steps, key=lambda step: step["seconds"])}
     del policy, optimizer
-    settings = {"prompts": prompts, "group": group, "max_new_tokens": max_new_tokens, "lora": config.policy.lora.enabled,
-                "threads": torch.get_num_threads()}
+    settings = {"prompts": prompts, "group": group, "max_new_tokens": max_new_tokens, "timed_steps": timed,
+                "lora": config.policy.lora.enabled, "threads": torch.get_num_threads()}
     skipped = trl_missing()
     if skipped:
         return {"settings": settings, "modes": modes, "ratios": {}, "skipped": skipped}
@@ -142,17 +148,25 @@ def bench_grpo(config: TrainConfig, scenarios: list[Any], prompts: int = 4, grou
     settings["trl_version"] = trl.__version__
     torch.manual_seed(config.seed)
     with tempfile.TemporaryDirectory(prefix="mapo-trl-") as workdir:
-        modes["trl"] = trl_step(load_policy(config.policy, seed=config.seed), chats, config, group, max_new_tokens, workdir)
+        modes["trl"] = trl_steps(load_policy(config.policy, seed=config.seed), chats, config, group, max_new_tokens,
+                                 workdir, timed)
+    for row in modes.values():
+        row["ms_per_completion_token"] = 1e3 * row["seconds"] / row["completion_tokens"]
+    ratios = {"trl_over_mapo_seconds": modes["trl"]["seconds"] / max(modes["mapo"]["seconds"], 1e-9)}
+    if all(math.isfinite(row["ms_per_completion_token"]) for row in modes.values()):
+        ratios["trl_over_mapo_per_token"] = modes["trl"]["ms_per_completion_token"] / modes["mapo"]["ms_per_completion_token"]
     return {
         "settings": settings,
         "modes": modes,
-        "ratios": {"trl_over_mapo_seconds": modes["trl"]["seconds"] / max(modes["mapo"]["seconds"], 1e-9)},
+        "ratios": ratios,
         "target": {"trl_over_mapo_seconds": 1.0},
     }
 
 
 COLUMNS = [
     ("completions", "completions", "{:.0f}"),
-    ("seconds", "step seconds (warm)", "{:.2f}"),
+    ("seconds", "step seconds (best warm)", "{:.2f}"),
+    ("completion_tokens", "completion tokens", "{:.0f}"),
+    ("ms_per_completion_token", "ms / completion token", "{:.1f}"),
     ("reward_mean", "mean reward", "{:.3f}"),
 ]

@@ -35,7 +35,7 @@ QUICK_SIZES: dict[str, dict[str, Any]] = {
     "mfu": {"sequences": 2, "length": 256, "repeats": 1},
     "env": {"steps": 16},
     "llm-env": {"trajectories": 4, "turns": 1, "concurrency": 4},
-    "grpo": {"prompts": 2, "group": 4, "max_new_tokens": 16},
+    "grpo": {"prompts": 2, "group": 4, "max_new_tokens": 16, "timed": 1},
 }
 
 
