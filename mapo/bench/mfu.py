@@ -67,6 +67,11 @@ def matmul_gflops(dtype: torch.dtype, n: int = 1024, seconds: float = 1.0) -> fl
             return 2.0 * n**3 * count / elapsed / 1e9
 
 
+def matmul_peak(dtype: torch.dtype, sizes: tuple[int, ...] = (512, 1024, 2048), samples: int = 2) -> float:
+    """The best `matmul_gflops` over square sizes and repeated samples: the machine's peak, conservatively high."""
+    return max(matmul_gflops(dtype, n) for n in sizes for _ in range(samples))
+
+
 def synthetic_sequences(policy: Policy, count: int, length: int, seed: int = 0) -> list[TrainSequence]:
     """`count` sequences of `length` random ids, the second half trained with +-1 advantages and
     the policy's own log-probs as the old ones (ratio 1: the loss takes its usual path)."""
@@ -127,9 +132,9 @@ def bench_mfu(
     unknown = [d for d in dtypes if d not in DTYPES]
     if unknown:
         raise ValueError(f"unknown dtype(s) {unknown}; choose from {list(DTYPES)}")
-    # The peak is the best of several samples, taken again after the training timings: on a
-    # shared machine one sample can land in a busy moment and make MFU look above 100 %.
-    peaks = {name: max(matmul_gflops(DTYPES[name]) for _ in range(3)) for name in {"float32", *dtypes}}
+    # The peak is the best of several sizes and samples, taken again after the training timings:
+    # on a shared machine one sample can land in a busy moment and make MFU look above 100 %.
+    peaks = {name: matmul_peak(DTYPES[name]) for name in {"float32", *dtypes}}
     modes: dict[str, dict[str, Any]] = {}
     optim = dataclasses.replace(config.optim, ppo_epochs=1, minibatches=1)
     for name in dtypes:
@@ -155,7 +160,7 @@ def bench_mfu(
             "flops_by_op": per_op,
         }
         del policy, optimizer
-    peaks = {name: max(peak, *(matmul_gflops(DTYPES[name]) for _ in range(3))) for name, peak in peaks.items()}
+    peaks = {name: max(peak, matmul_peak(DTYPES[name])) for name, peak in peaks.items()}
     for name, row in modes.items():
         row["matmul_peak_gflops"] = peaks[name]
         row["mfu_vs_own_peak"] = row["model_gflops"] / peaks[name]
