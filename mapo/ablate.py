@@ -379,6 +379,33 @@ METRICS = (  # (key, column header): held-out evaluation metrics in the table
     ("return", "mean return (IDR)"),
     ("alignment", "alignment to v*_0"),
 )
+TRAINING_METRICS = (  # (key, column header): from each run's metrics.jsonl
+    ("reward_first", "train reward, first 3 steps"),
+    ("reward_last", "train reward, last 3 steps"),
+    ("grad_norm_median", "grad norm, median step"),
+    ("grad_norm_max", "grad norm, largest step"),
+    ("grad_norm_peak_ratio", "largest / median"),
+)
+PAIRED_REFERENCE = "mapo-idr"
+
+
+def training_metrics(rows: Sequence[dict[str, Any]]) -> dict[str, float | None]:
+    """Reward at the start and end of a run and the spread of its pre-clip gradient norms.
+
+    A step's norm is its largest over optimizer steps (`grad_norm_max`), so a peak inside a
+    step is not averaged away; largest / median measures how spiky the run's gradients were.
+    """
+    rewards = [float(m["reward_mean"]) for m in rows]
+    norms = [float(m.get("grad_norm_max", m.get("grad_norm", float("nan")))) for m in rows]
+    norms = [n for n in norms if math.isfinite(n)]
+    median = float(np.median(norms)) if norms else None
+    return {
+        "reward_first": float(np.mean(rewards[:3])) if rewards else None,
+        "reward_last": float(np.mean(rewards[-3:])) if rewards else None,
+        "grad_norm_median": median,
+        "grad_norm_max": max(norms) if norms else None,
+        "grad_norm_peak_ratio": max(norms) / median if norms and median else None,
+    }
 
 
 def eval_metrics(result: dict[str, Any]) -> dict[str, float | None]:
@@ -417,20 +444,43 @@ def mean_std(values: Sequence[float | None]) -> dict[str, Any]:
     }
 
 
-def aggregate_rows(per_unit: dict[str, dict[str, float | None]], plan: AblationPlan) -> list[dict[str, Any]]:
-    """One row for the base and one per variant: each metric's mean/std over the variant's seeds."""
+def aggregate_rows(
+    per_unit: dict[str, dict[str, float | None]], plan: AblationPlan, metrics: Sequence[tuple[str, str]] = METRICS
+) -> list[dict[str, Any]]:
+    """One row for the base (if present) and one per variant: each metric's mean/std over the variant's seeds."""
     rows = []
     if "base" in per_unit:
-        rows.append({"variant": "base", "seeds": [], "metrics": {k: mean_std([per_unit["base"][k]]) for k, _ in METRICS}})
+        rows.append({"variant": "base", "seeds": [], "metrics": {k: mean_std([per_unit["base"][k]]) for k, _ in metrics}})
     for variant in plan.variants:
         found = [(s, per_unit[Unit(variant, s).name]) for s in plan.seeds if Unit(variant, s).name in per_unit]
         rows.append(
             {
                 "variant": variant,
                 "seeds": [s for s, _ in found],
-                "metrics": {k: mean_std([m[k] for _, m in found]) for k, _ in METRICS},
+                "metrics": {k: mean_std([m[k] for _, m in found]) for k, _ in metrics},
             }
         )
+    return rows
+
+
+def paired_rows(
+    per_unit: dict[str, dict[str, float | None]], plan: AblationPlan, reference: str = PAIRED_REFERENCE
+) -> list[dict[str, Any]]:
+    """Per variant, each metric minus the reference variant's at the same seed, mean/std over seeds.
+
+    Runs with the same seed share their random streams (scenarios, sampling noise), so the
+    paired difference removes the between-seed spread that dominates a 3-seed table.
+    """
+    rows = []
+    for variant in plan.variants:
+        if variant == reference:
+            continue
+        seeds = [s for s in plan.seeds if Unit(variant, s).name in per_unit and Unit(reference, s).name in per_unit]
+        diffs = {}
+        for key, _ in METRICS:
+            pairs = [(per_unit[Unit(variant, s).name][key], per_unit[Unit(reference, s).name][key]) for s in seeds]
+            diffs[key] = mean_std([a - b if a is not None and b is not None else None for a, b in pairs])
+        rows.append({"variant": variant, "seeds": seeds, "metrics": diffs})
     return rows
 
 
@@ -442,12 +492,12 @@ def format_cell(stats: dict[str, Any]) -> str:
     return text if stats["std"] is None else f"{text} ± {stats['std']:.{digits}f}"
 
 
-def to_markdown(rows: Sequence[dict[str, Any]]) -> str:
-    header = ["variant", "seeds", *(title for _, title in METRICS)]
-    lines = ["| " + " | ".join(header) + " |", "|---|---:|" + "---:|" * len(METRICS)]
+def to_markdown(rows: Sequence[dict[str, Any]], metrics: Sequence[tuple[str, str]] = METRICS) -> str:
+    header = ["variant", "seeds", *(title for _, title in metrics)]
+    lines = ["| " + " | ".join(header) + " |", "|---|---:|" + "---:|" * len(metrics)]
     for row in rows:
         seeds = "–" if row["variant"] == "base" else str(len(row["seeds"]))
-        cells = [row["variant"], seeds, *(format_cell(row["metrics"][k]) for k, _ in METRICS)]
+        cells = [row["variant"], seeds, *(format_cell(row["metrics"][k]) for k, _ in metrics)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -504,6 +554,31 @@ def plot_curves(series: dict[str, dict[str, list[list[float]]]], path: Path) -> 
     return path
 
 
+def run_training_metrics(out: Path, plan: AblationPlan) -> dict[str, dict[str, float | None]]:
+    """`training_metrics` of every unit whose run folder has metrics."""
+    from mapo.run_folder import RunFolder
+
+    found = {}
+    for unit in plan.units():
+        path = run_dir(out, unit)
+        rows = sorted(RunFolder(path).read_metrics(), key=lambda m: m["step"]) if (path / "metrics.jsonl").is_file() else []
+        if rows:
+            found[unit.name] = training_metrics(rows)
+    return found
+
+
+def _html_table(rows: Sequence[dict[str, Any]], metrics: Sequence[tuple[str, str]]) -> str:
+    from mapo.evaluate.html import esc
+
+    head = "".join(f"<th>{esc(h)}</th>" for h in ["variant", "seeds", *(t for _, t in metrics)])
+    body = "".join(
+        "<tr>" + f"<td>{esc(r['variant'])}</td><td class='num'>{len(r['seeds']) or '–'}</td>"
+        + "".join(f"<td class='num'>{esc(format_cell(r['metrics'][k]))}</td>" for k, _ in metrics) + "</tr>"
+        for r in rows
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
 def write_outputs(out: Path, plan: AblationPlan) -> Path:
     """ablation.{json,md,html} and curves.png from whatever units have finished."""
     import base64
@@ -515,21 +590,25 @@ def write_outputs(out: Path, plan: AblationPlan) -> Path:
         result = read_eval(eval_dir(out, name))
         if result is not None:
             per_unit[name] = eval_metrics(result)
-    rows = aggregate_rows(per_unit, plan)
-    markdown = to_markdown(rows)
+    training = run_training_metrics(out, plan)
+    tables = [  # (title, rows, metrics)
+        ("Held-out evaluation: mean ± sample std over seeds", aggregate_rows(per_unit, plan), METRICS),
+        (f"Paired with {PAIRED_REFERENCE}: variant minus {PAIRED_REFERENCE} at the same seed, mean ± std",
+         paired_rows(per_unit, plan), METRICS),
+        ("Training: per-step reward and pre-clip gradient norm from metrics.jsonl, mean ± std over seeds",
+         aggregate_rows(training, plan, TRAINING_METRICS), TRAINING_METRICS),
+    ]
+    if PAIRED_REFERENCE not in plan.variants:
+        del tables[1]
     missing = [u.name for u in plan.units() if u.name not in per_unit]
     (out / "ablation.json").write_text(
-        json.dumps({"plan": plan.to_dict(), "rows": rows, "units": per_unit, "missing": missing}, indent=2) + "\n",
+        json.dumps({"plan": plan.to_dict(), "rows": tables[0][1], "units": per_unit, "training": training,
+                    "tables": {title: rows for title, rows, _ in tables}, "missing": missing}, indent=2) + "\n",
         encoding="utf-8",
     )
+    markdown = "\n".join(f"### {title}\n\n{to_markdown(rows, metrics)}" for title, rows, metrics in tables)
     (out / "ablation.md").write_text(markdown, encoding="utf-8")
     png = plot_curves(curves(out, plan), out / "curves.png")
-    head = "".join(f"<th>{esc(h)}</th>" for h in ["variant", "seeds", *(t for _, t in METRICS)])
-    body_rows = "".join(
-        "<tr>" + f"<td>{esc(r['variant'])}</td><td class='num'>{len(r['seeds']) or '–'}</td>"
-        + "".join(f"<td class='num'>{esc(format_cell(r['metrics'][k]))}</td>" for k, _ in METRICS) + "</tr>"
-        for r in rows
-    )
     image = ""
     if png is not None:
         encoded = base64.b64encode(png.read_bytes()).decode("ascii")
@@ -537,10 +616,7 @@ def write_outputs(out: Path, plan: AblationPlan) -> Path:
     note = f"<p class='meta'>Not finished: {esc(', '.join(missing))}</p>" if missing else ""
     budget = (f"{plan.steps} steps per run; seeds {plan.seeds}; training settings: {', '.join(plan.train)}; "
               f"held-out eval: {json.dumps(dataclasses.asdict(plan.eval))}")
-    html = page(
-        "mapo ablate",
-        f"<h1>Ablation</h1><p class='meta'>mean ± sample std over seeds. {esc(budget)}</p>{note}"
-        f"<table><tr>{head}</tr>{body_rows}</table>{image}",
-    )
+    sections = "".join(f"<h2>{esc(title)}</h2>{_html_table(rows, metrics)}" for title, rows, metrics in tables)
+    html = page("mapo ablate", f"<h1>Ablation</h1><p class='meta'>{esc(budget)}</p>{note}{sections}{image}")
     (out / "ablation.html").write_text(html, encoding="utf-8")
     return out / "ablation.md"

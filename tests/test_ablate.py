@@ -18,11 +18,13 @@ from mapo.ablate import (
     check_plan,
     eval_metrics,
     mean_std,
+    paired_rows,
     quick_plan,
     register_variant,
     run_ablation,
     run_dir,
     to_markdown,
+    training_metrics,
     training_state,
     unit_overrides,
 )
@@ -102,6 +104,26 @@ def test_rows_aggregate_each_variant_over_its_seeds_and_the_base_alone():
     table = to_markdown(list(rows.values()))
     assert "| mapo-idr | 2 | 37.5 ± 17.7 | 35.0 ± 7.1 | 3.000 ± 1.414 | 0.300 ± 0.141 |" in table
     assert "| grpo-idr | 1 | 0.000 | – | 1.000 | -0.100 |" in table
+
+
+def test_paired_rows_subtract_the_reference_at_the_same_seed():
+    plan = AblationPlan(variants=["mapo-idr", "grpo-idr"], seeds=[0, 1, 2])
+    metric = lambda epmq: {"pass_rate": 0.0, "epmq": epmq, "return": None, "alignment": 0.0}
+    units = {"mapo-idr-s0": metric(30.0), "mapo-idr-s1": metric(40.0), "mapo-idr-s2": metric(35.0),
+             "grpo-idr-s0": metric(28.0), "grpo-idr-s1": metric(37.0)}  # seed 2 of grpo is missing
+    (row,) = paired_rows(units, plan)
+    assert row["variant"] == "grpo-idr" and row["seeds"] == [0, 1]
+    assert row["metrics"]["epmq"]["mean"] == pytest.approx(-2.5) and row["metrics"]["epmq"]["std"] == pytest.approx(0.5 ** 0.5)
+    assert row["metrics"]["return"]["mean"] is None
+
+
+def test_training_metrics_take_reward_ends_and_the_gradient_norm_spread():
+    rows = [{"step": k + 1, "reward_mean": r, "grad_norm": 9.0, "grad_norm_max": g}
+            for k, (r, g) in enumerate(zip([-1.0, -0.5, 0.0, 0.5, 1.0], [1.0, 2.0, 8.0, 2.0, 3.0]))]
+    got = training_metrics(rows)
+    assert got["reward_first"] == pytest.approx(-0.5) and got["reward_last"] == pytest.approx(0.5)
+    assert got["grad_norm_median"] == 2.0 and got["grad_norm_max"] == 8.0 and got["grad_norm_peak_ratio"] == 4.0
+    assert training_metrics([])["grad_norm_max"] is None
 
 
 def test_eval_metrics_reads_pass_rate_epmq_alignment_and_the_held_out_return():
