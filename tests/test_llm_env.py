@@ -14,7 +14,7 @@ from collections import deque
 
 import pytest
 
-from mapo.envs.dynamics import DynamicsConfig, NeedState, levels_to_vector
+from mapo.envs.dynamics import DynamicsConfig, NeedState
 from mapo.envs.empathy.cards import bundled_scenario_dir, load_card
 from mapo.envs.empathy.llm import LLMActor, LLMDirector, LLMJudge, make_llm_role
 from mapo.envs.empathy.roles import NEUTRAL_LEVELS, Direction

@@ -198,8 +198,6 @@ def _assert_same_run(got, want):
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
-    import tiny_policy
-
     out = train(load_config(None, CRASH), output=tmp_path_factory.mktemp("full") / "run", show_progress=False)
     return RunFolder(out).read_metrics()
 
@@ -400,7 +398,6 @@ def test_a_45_turn_dialogue_ends_with_a_reason_at_the_context_limit(policy):
 
 
 def test_the_empathy_environment_runs_45_turns_offline():
-    import mapo.envs.empathy
     from mapo.envs.base import make_environment
     from mapo.envs.empathy.cards import bundled_scenarios
 

@@ -16,6 +16,7 @@ shared machine inflates neither side of the ratio.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from typing import Any
 
@@ -141,10 +142,7 @@ def bench_mfu(
         policy = load_policy(dataclasses.replace(config.policy, dtype=name), seed=config.seed)
         seqs = synthetic_sequences(policy, sequences, length, config.seed)
         optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=config.optim.lr)
-
-        def step() -> None:
-            update(policy, optimizer, seqs, optim, config.loss)
-
+        step = functools.partial(update, policy, optimizer, seqs, optim, config.loss)
         flops, per_op = counted_flops(step)  # also the warm-up pass, off the clock
         seconds = best_seconds(step, repeats)
         tokens = sequences * length
@@ -159,7 +157,7 @@ def bench_mfu(
             "six_n_gflops": 6.0 * params * tokens / seconds / 1e9,
             "flops_by_op": per_op,
         }
-        del policy, optimizer
+        del step, policy, optimizer
     peaks = {name: max(peak, matmul_peak(DTYPES[name])) for name, peak in peaks.items()}
     for name, row in modes.items():
         row["matmul_peak_gflops"] = peaks[name]
