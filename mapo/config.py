@@ -98,7 +98,7 @@ class OptimSpec:
     max_grad_norm: float = 1.0
     ppo_epochs: int = 1
     minibatches: int = 1  # optimizer steps per epoch; the trajectories are split evenly
-    micro_batch_tokens: int = 4096  # padded tokens per forward/backward (gradient accumulation)
+    micro_batch_tokens: int = 2048  # padded tokens per forward/backward (gradient accumulation; bounds peak memory)
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.lr) and self.lr > 0):
