@@ -31,6 +31,8 @@ def test_counted_flops_include_the_cpu_attention_kernel():
     assert forward == 2 * (2 * 2 * 8 * 8 * 4) and len(per_op) == 1  # QK^T and AV per head
     total, per_op = counted_flops(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v).sum().backward())
     assert total > forward and len(per_op) == 2  # the backward kernel is counted too
+    causal, _ = counted_flops(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward())
+    assert causal == total // 2  # the masked upper triangle is skipped
 
 
 def test_synthetic_sequences_carry_the_policys_own_logprobs():

@@ -37,21 +37,25 @@ from mapo.policy import Policy
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 # torch counts the CUDA attention kernels but not the CPU one transformers' SDPA runs here;
-# same work, so the same formulas (torch's own, grouped-query heads included).
+# same work, so the same formulas (torch's own, grouped-query heads included), halved when the
+# kernel is causal: it skips the masked upper triangle (torch's CUDA formulas do not halve,
+# which would overstate MFU).
 _CPU_ATTENTION = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 _CPU_ATTENTION_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
 if _CPU_ATTENTION not in flop_registry:
 
     @register_flop_formula(_CPU_ATTENTION)
-    def _cpu_attention_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:  # type: ignore[no-untyped-def]
-        return sdpa_flop_count(query_shape, key_shape, value_shape)
+    def _cpu_attention_flops(query_shape, key_shape, value_shape, dropout_p=0.0, is_causal=False, *args, out_shape=None, **kwargs) -> int:  # type: ignore[no-untyped-def]
+        flops = sdpa_flop_count(query_shape, key_shape, value_shape)
+        return flops // 2 if is_causal else flops
 
 
 if _CPU_ATTENTION_BACKWARD not in flop_registry:
 
     @register_flop_formula(_CPU_ATTENTION_BACKWARD)
-    def _cpu_attention_backward_flops(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:  # type: ignore[no-untyped-def]
-        return sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
+    def _cpu_attention_backward_flops(grad_out_shape, query_shape, key_shape, value_shape, _out, _logsumexp, dropout_p=0.0, is_causal=False, *args, out_shape=None, **kwargs) -> int:  # type: ignore[no-untyped-def]
+        flops = sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
+        return flops // 2 if is_causal else flops
 
 
 def matmul_gflops(dtype: torch.dtype, n: int = 1024, seconds: float = 1.0) -> float:
