@@ -5,8 +5,8 @@ peak) and reports its peak RSS from `resource.getrusage` (Linux: KiB), measured
 once after loading the policy and once at the end. The workloads are the ones a
 user of the embedded default runs: one evaluation dialogue of up to `eval_turns`
 turns (EMPA's 45 by default, with no early success), and one training step of
-`trajectories` dialogues of `turns` turns (rollout, rewards, advantages, one
-packed update). Both are compared with a memory limit (8 GiB by default).
+`trajectories` dialogues of `turns` turns, also with no early success (rollout,
+rewards, advantages, one packed update). Both are compared with a memory limit (8 GiB by default).
 """
 
 from __future__ import annotations
@@ -62,6 +62,9 @@ def _training_step(config: Any, trajectories: int, turns: int) -> dict[str, Any]
     from mapo.rollout import rollout
     from mapo.trainer import compute_advantages, fill_rewards, update
 
+    # no early success here either: every dialogue runs all `turns` unless its user gives up
+    options = {**config.env.options, "success_from_turn": turns + 1}
+    config = dataclasses.replace(config, env=dataclasses.replace(config.env, options=options))
     policy, scenarios, make_env = load_parts(config)
     loaded = peak_rss_bytes()
     n = config.rollout.samples_per_scenario
