@@ -6,7 +6,7 @@ import pytest
 import torch
 from tiny_policy import ToyEnvironment, tiny_policy, toy_scenarios
 
-from mapo.bench.env import step_latencies
+from mapo.bench.env import run_dialogues, step_latencies
 from mapo.bench.grpo import brevity_reward
 from mapo.bench.mfu import counted_flops, matmul_gflops, model_parameters, synthetic_sequences
 from mapo.bench.suite import BENCHMARKS, QUICK_SIZES, summary_markdown
@@ -67,6 +67,12 @@ def test_step_latencies_time_every_step_and_restart_dialogues():
     latencies = step_latencies(make_env, toy_scenarios(2), steps=7, turns=3)
     assert len(latencies) == 7 and all(t >= 0 for t in latencies)
     assert len(made) == 3  # steps 0, 3, 6 start a new dialogue
+
+
+def test_run_dialogues_counts_turns_and_role_calls():
+    row = run_dialogues(lambda: ToyEnvironment(end_early=False), toy_scenarios(2), trajectories=3, turns=2, concurrency=2)
+    assert row["trajectories"] == 3 and row["turns"] == 6 and row["turns_per_s"] > 0
+    assert row["llm_calls"] == 0 and row["fallbacks"] == 0  # the toy environment has no LLM roles
 
 
 def test_brevity_reward_peaks_at_the_target_length():

@@ -15,6 +15,7 @@ so a gain there comes only from overlapping client-side work.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -83,22 +84,38 @@ def llm_roles(base_url: str, model: str) -> dict[str, Any]:
     }
 
 
-def _dialogue(make_env: Any, scenario: Any, seed: int, turns: int) -> int:
+def _role_counts(env: Any) -> Counter[str]:
+    """LLM calls and fallbacks of an environment's roles (offline roles count nothing)."""
+    counts: Counter[str] = Counter()
+    for name in ("judge", "director", "actor"):
+        role_counters = getattr(getattr(env, name, None), "counters", {})
+        counts["llm_calls"] += role_counters.get("calls", 0)
+        counts["fallbacks"] += role_counters.get("fallbacks", 0)
+    return counts
+
+
+def _dialogue(make_env: Any, scenario: Any, seed: int, turns: int) -> Counter[str]:
     env = make_env()
     env.reset(scenario, seed=seed)
+    done = turns
     for t in range(turns):
         if env.step(REPLIES[(seed + t) % len(REPLIES)]).done:
-            return t + 1
-    return turns
+            done = t + 1
+            break
+    return _role_counts(env) + Counter({"turns": done})
 
 
 def run_dialogues(make_env: Any, scenarios: list[Any], trajectories: int, turns: int, concurrency: int) -> dict[str, float]:
+    """`trajectories` dialogues, `concurrency` at a time: turns/s, and the LLM calls and fallbacks
+    (a fallback is a fast fixed answer: a mode with more of them would look faster than it is)."""
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        done = list(pool.map(lambda k: _dialogue(make_env, scenarios[k % len(scenarios)], k, turns), range(trajectories)))
+        counts = sum(pool.map(lambda k: _dialogue(make_env, scenarios[k % len(scenarios)], k, turns), range(trajectories)),
+                     Counter())
     seconds = time.perf_counter() - start
-    return {"trajectories": float(trajectories), "turns": float(sum(done)), "seconds": seconds,
-            "turns_per_s": sum(done) / seconds}
+    return {"trajectories": float(trajectories), "turns": float(counts["turns"]), "seconds": seconds,
+            "turns_per_s": counts["turns"] / seconds, "llm_calls": float(counts["llm_calls"]),
+            "fallbacks": float(counts["fallbacks"])}
 
 
 def bench_llm_env(config: TrainConfig, trajectories: int = 16, turns: int = 1, concurrency: int = 16,
@@ -149,4 +166,6 @@ LLM_COLUMNS = [
     ("turns", "turns", "{:.0f}"),
     ("seconds", "seconds", "{:.1f}"),
     ("turns_per_s", "turns/s", "{:.3f}"),
+    ("llm_calls", "LLM calls", "{:.0f}"),
+    ("fallbacks", "fallbacks", "{:.0f}"),
 ]
