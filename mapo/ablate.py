@@ -427,6 +427,67 @@ def eval_metrics(result: dict[str, Any]) -> dict[str, float | None]:
     }
 
 
+def dialogue_metrics(result: dict[str, Any]) -> dict[str, dict[str, float | None]]:
+    """Per held-out dialogue ("<scenario>#<sample>"): its IDR return D_0 - D_T and its EPM-Q."""
+    found = {}
+    for scenario in result["scenarios"]:
+        for sample in scenario["samples"]:
+            distances, epmq = sample["distances"], sample.get("epmq")
+            found[f"{scenario['scenario_id']}#{sample['sample_index']}"] = {
+                "return": distances[0] - distances[-1] if len(distances) > 1 else None,
+                "epmq": epmq["epmq"] if epmq else None,
+            }
+    return found
+
+
+def paired_dialogue_rows(
+    per_dialogue: dict[str, dict[str, dict[str, float | None]]], plan: AblationPlan, reference: str = PAIRED_REFERENCE
+) -> list[dict[str, Any]]:
+    """Per variant: the difference to the reference on the same held-out dialogue at the same seed,
+    pooled over seeds and dialogues; mean, standard error, t = mean / s.e., and the share worse.
+
+    Dialogues of one run share a policy, so they are not independent draws: t overstates the
+    evidence somewhat. It still shows which gaps are far outside the dialogue-to-dialogue noise.
+    """
+    rows = []
+    for variant in ["base", *plan.variants]:
+        if variant == reference:
+            continue
+        stats: dict[str, Any] = {}
+        for key in ("return", "epmq"):
+            diffs = []
+            for seed in plan.seeds:
+                mine = per_dialogue.get("base" if variant == "base" else Unit(variant, seed).name)
+                theirs = per_dialogue.get(Unit(reference, seed).name)
+                if mine is None or theirs is None:
+                    continue
+                diffs += [mine[d][key] - theirs[d][key] for d in theirs
+                          if d in mine and mine[d][key] is not None and theirs[d][key] is not None]
+            a = np.asarray(diffs, dtype=float)
+            sem = float(a.std(ddof=1) / math.sqrt(a.size)) if a.size > 1 else None
+            stats[key] = {"n": int(a.size), "mean": float(a.mean()) if a.size else None, "sem": sem,
+                          "t": float(a.mean()) / sem if sem else None,
+                          "worse": float(np.mean(a < 0)) if a.size else None}
+        rows.append({"variant": variant, **stats})
+    return rows
+
+
+def paired_dialogue_markdown(rows: Sequence[dict[str, Any]], reference: str = PAIRED_REFERENCE) -> str:
+    def cell(stat: dict[str, Any], digits: int) -> list[str]:
+        if stat["mean"] is None:
+            return ["–", "–", "–"]
+        sem = "" if stat["sem"] is None else f" ± {stat['sem']:.{digits}f}"
+        t = "–" if stat["t"] is None else f"{stat['t']:+.1f}"
+        return [f"{stat['mean']:+.{digits}f}{sem}", t, f"{stat['worse']:.0%}"]
+
+    lines = [f"| variant | dialogues | return − {reference} (± s.e.) | t | worse | EPM-Q − {reference} (± s.e.) | t | worse |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in rows:
+        cells = [row["variant"], str(row["return"]["n"]), *cell(row["return"], 2), *cell(row["epmq"], 1)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def mean_std(values: Sequence[float | None]) -> dict[str, Any]:
     """Mean and sample standard deviation (ddof = 1) over seeds; missing values are left out.
 
@@ -586,11 +647,14 @@ def write_outputs(out: Path, plan: AblationPlan) -> Path:
     from mapo.evaluate.html import esc, page
 
     per_unit: dict[str, dict[str, float | None]] = {}
+    per_dialogue: dict[str, dict[str, dict[str, float | None]]] = {}
     for name in ["base", *(u.name for u in plan.units())]:
         result = read_eval(eval_dir(out, name))
         if result is not None:
             per_unit[name] = eval_metrics(result)
+            per_dialogue[name] = dialogue_metrics(result)
     training = run_training_metrics(out, plan)
+    by_dialogue = paired_dialogue_rows(per_dialogue, plan) if PAIRED_REFERENCE in plan.variants else []
     tables = [  # (title, rows, metrics)
         ("Held-out evaluation: mean ± sample std over seeds", aggregate_rows(per_unit, plan), METRICS),
         (f"Paired with {PAIRED_REFERENCE}: variant minus {PAIRED_REFERENCE} at the same seed, mean ± std",
@@ -603,10 +667,14 @@ def write_outputs(out: Path, plan: AblationPlan) -> Path:
     missing = [u.name for u in plan.units() if u.name not in per_unit]
     (out / "ablation.json").write_text(
         json.dumps({"plan": plan.to_dict(), "rows": tables[0][1], "units": per_unit, "training": training,
-                    "tables": {title: rows for title, rows, _ in tables}, "missing": missing}, indent=2) + "\n",
+                    "tables": {title: rows for title, rows, _ in tables}, "paired_by_dialogue": by_dialogue,
+                    "missing": missing}, indent=2) + "\n",
         encoding="utf-8",
     )
     markdown = "\n".join(f"### {title}\n\n{to_markdown(rows, metrics)}" for title, rows, metrics in tables)
+    dialogue_title = f"Paired by held-out dialogue: variant minus {PAIRED_REFERENCE} on the same scenario at the same seed"
+    if by_dialogue:
+        markdown += f"\n### {dialogue_title}\n\n{paired_dialogue_markdown(by_dialogue)}"
     (out / "ablation.md").write_text(markdown, encoding="utf-8")
     png = plot_curves(curves(out, plan), out / "curves.png")
     image = ""
@@ -617,6 +685,8 @@ def write_outputs(out: Path, plan: AblationPlan) -> Path:
     budget = (f"{plan.steps} steps per run; seeds {plan.seeds}; training settings: {', '.join(plan.train)}; "
               f"held-out eval: {json.dumps(dataclasses.asdict(plan.eval))}")
     sections = "".join(f"<h2>{esc(title)}</h2>{_html_table(rows, metrics)}" for title, rows, metrics in tables)
+    if by_dialogue:
+        sections += f"<h2>{esc(dialogue_title)}</h2><pre>{esc(paired_dialogue_markdown(by_dialogue))}</pre>"
     html = page("mapo ablate", f"<h1>Ablation</h1><p class='meta'>{esc(budget)}</p>{note}{sections}{image}")
     (out / "ablation.html").write_text(html, encoding="utf-8")
     return out / "ablation.md"

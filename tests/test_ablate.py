@@ -17,7 +17,10 @@ from mapo.ablate import (
     aggregate_rows,
     check_plan,
     eval_metrics,
+    dialogue_metrics,
     mean_std,
+    paired_dialogue_markdown,
+    paired_dialogue_rows,
     paired_rows,
     quick_plan,
     register_variant,
@@ -115,6 +118,30 @@ def test_paired_rows_subtract_the_reference_at_the_same_seed():
     assert row["variant"] == "grpo-idr" and row["seeds"] == [0, 1]
     assert row["metrics"]["epmq"]["mean"] == pytest.approx(-2.5) and row["metrics"]["epmq"]["std"] == pytest.approx(0.5 ** 0.5)
     assert row["metrics"]["return"]["mean"] is None
+
+
+def test_dialogues_pair_on_scenario_and_seed_and_the_base_pairs_with_every_seed():
+    plan = AblationPlan(variants=["mapo-idr", "grpo-idr"], seeds=[0, 1])
+
+    def result(returns, epmqs):
+        return {"scenarios": [{"scenario_id": sid, "samples": [{"sample_index": 0, "distances": [10.0, 10.0 - r],
+                                                                  "epmq": {"epmq": e}}]}
+                              for sid, r, e in zip(("a", "b"), returns, epmqs)]}
+
+    per_dialogue = {
+        "base": dialogue_metrics(result([0.0, 0.0], [20.0, 20.0])),
+        "mapo-idr-s0": dialogue_metrics(result([2.0, 4.0], [30.0, 30.0])),
+        "mapo-idr-s1": dialogue_metrics(result([1.0, 1.0], [25.0, 35.0])),
+        "grpo-idr-s0": dialogue_metrics(result([1.0, 5.0], [28.0, 31.0])),  # grpo seed 1 missing
+    }
+    assert per_dialogue["mapo-idr-s0"]["b#0"] == {"return": 4.0, "epmq": 30.0}
+    rows = {r["variant"]: r for r in paired_dialogue_rows(per_dialogue, plan)}
+    grpo = rows["grpo-idr"]["return"]
+    assert grpo["n"] == 2 and grpo["mean"] == pytest.approx(0.0) and grpo["worse"] == 0.5
+    base = rows["base"]["return"]  # the one base eval against each seed's mapo-idr: 4 pairs
+    assert base["n"] == 4 and base["mean"] == pytest.approx(-2.0) and base["worse"] == 1.0
+    assert base["sem"] == pytest.approx(2 ** 0.5 / 2)  # differences -2, -4, -1, -1 and base["t"] == pytest.approx(-2.0 / base["sem"])
+    assert "| grpo-idr | 2 | +0.00 ± 2.00 | +0.0 | 50% |" in paired_dialogue_markdown(list(rows.values()))
 
 
 def test_training_metrics_take_reward_ends_and_the_gradient_norm_spread():
