@@ -141,7 +141,7 @@ def test_dialogues_pair_on_scenario_and_seed_and_the_base_pairs_with_every_seed(
     base = rows["base"]["return"]  # the one base eval against each seed's mapo-idr: 4 pairs
     assert base["n"] == 4 and base["mean"] == pytest.approx(-2.0) and base["worse"] == 1.0
     assert base["sem"] == pytest.approx(2 ** 0.5 / 2)  # differences -2, -4, -1, -1 and base["t"] == pytest.approx(-2.0 / base["sem"])
-    assert "| grpo-idr | 2 | +0.00 ± 2.00 | +0.0 | 50% |" in paired_dialogue_markdown(list(rows.values()))
+    assert "| grpo-idr | 2 | +0.00 ± 1.00 | +0.0 | 50% |" in paired_dialogue_markdown(list(rows.values()))
 
 
 def test_training_metrics_take_reward_ends_and_the_gradient_norm_spread():
