@@ -61,6 +61,12 @@ class LoraSpec:
     top_layers: int | None = None
 
 
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of softmax(logits) over the last axis: logsumexp - sum(p * logits)."""
+    p = torch.softmax(logits, dim=-1)
+    return torch.logsumexp(logits, dim=-1) - (p * logits).sum(-1)
+
+
 @dataclass
 class PolicySpec:
     """What to load and how to train it (the trainer's `policy` config section)."""
@@ -455,7 +461,10 @@ class Policy:
 
         Returns [B, J] tensors over the union J of target positions (0 elsewhere) and,
         on request, the entropy there (no gradient). Logits are only computed at
-        those positions, which is most of the saving on a 49k vocabulary.
+        those positions, which is most of the saving on a 49k vocabulary. The
+        log-probability is the target's logit minus the logsumexp, so no full-size
+        log-softmax is kept for the backward pass, and the entropy is taken one row
+        at a time: the [B, J, vocab] logits are the only full-size tensor alive.
         """
         positions = torch.nonzero(targets.any(dim=0)).squeeze(-1)
         if positions.numel() and int(positions[0]) == 0:
@@ -465,12 +474,12 @@ class Policy:
         ).logits.float()
         if temperature != 1.0:
             logits = logits / temperature
-        logp_all = torch.log_softmax(logits, dim=-1)
-        logp = logp_all.gather(-1, input_ids[:, positions].unsqueeze(-1)).squeeze(-1)
+        picked = logits.gather(-1, input_ids[:, positions].unsqueeze(-1)).squeeze(-1)
+        logp = picked - torch.logsumexp(logits, dim=-1)
         entropy = None
         if with_entropy:
             with torch.no_grad():
-                entropy = -(logp_all.exp() * logp_all).sum(-1)
+                entropy = torch.stack([entropy_from_logits(row) for row in logits.detach()])
         return logp, entropy
 
     # ---- reference model, parameters, saving

@@ -12,6 +12,7 @@ from mapo.policy import (
     ModelSourceError,
     PolicySpec,
     embedded_gguf_path,
+    entropy_from_logits,
     gguf_model_folder,
     load_policy,
     resolve_source,
@@ -21,6 +22,24 @@ from mapo.policy import (
 @pytest.fixture(scope="module")
 def policy():
     return tiny_policy(lora=True)
+
+
+def test_entropy_from_logits_matches_the_categorical_entropy():
+    logits = torch.randn(3, 50) * 4
+    want = torch.distributions.Categorical(logits=logits).entropy()
+    assert torch.allclose(entropy_from_logits(logits), want, atol=1e-5)
+
+
+def test_token_logprobs_equal_a_full_log_softmax(policy):
+    ids = torch.tensor([[5, 9, 3, 7, 2, 8], [4, 4, 6, 1, 9, 3]])
+    targets = torch.zeros_like(ids, dtype=torch.bool)
+    targets[:, 2:] = True
+    logp, entropy = policy.token_logprobs(ids, torch.ones_like(ids), targets, temperature=0.7, with_entropy=True)
+    with torch.no_grad():
+        logits = policy.model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[:, 1:-1].float() / 0.7
+    full = torch.log_softmax(logits, dim=-1)
+    assert torch.allclose(logp, full.gather(-1, ids[:, 2:].unsqueeze(-1)).squeeze(-1), atol=1e-5)
+    assert torch.allclose(entropy, -(full.exp() * full).sum(-1), atol=1e-4)
 
 
 def test_incremental_rendering_equals_the_chat_template(policy):
