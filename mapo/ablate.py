@@ -590,26 +590,37 @@ def plot_curves(series: dict[str, dict[str, list[list[float]]]], path: Path) -> 
     from matplotlib.ticker import MaxNLocator
 
     figure, panels = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
-    titles = {"reward_mean": "mean per-turn reward (ADR is on its own scale)",
-              "grad_norm": "gradient norm before clipping"}
-    for axes, key in zip(panels, ("reward_mean", "grad_norm")):
-        for variant, metrics in series.items():
+    titles = {"reward_mean": "mean per-turn reward", "grad_norm": "gradient norm before clipping"}
+    # ADR rewards (distances) are an order of magnitude larger than IDR's: their own axis, dashed
+    absolute = {v for v in series if v in VARIANTS and "reward.kind=adr" in VARIANTS[v].overrides}
+    right = panels[0].twinx() if absolute else None
+    handles = []
+    for axes_left, key in zip(panels, ("reward_mean", "grad_norm")):
+        for index, (variant, metrics) in enumerate(series.items()):
             runs = [r for r in metrics[key] if r]
             if not runs:
                 continue
+            axes = right if key == "reward_mean" and variant in absolute else axes_left
             width = min(len(r) for r in runs)
             stack = np.asarray([r[:width] for r in runs])
             steps = np.arange(1, width + 1)
             mean = np.nanmean(stack, axis=0)
-            (line,) = axes.plot(steps, mean, marker="o", markersize=3, label=f"{variant} (n={len(runs)})")
+            style = "--" if variant in absolute else "-"
+            (line,) = axes.plot(steps, mean, style, color=f"C{index}", marker="o", markersize=3,
+                                label=f"{variant} (n={len(runs)})")
+            if key == "reward_mean":
+                handles.append(line)
             if len(runs) > 1:
                 std = np.nanstd(stack, axis=0, ddof=1)
                 axes.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.15)
-        axes.set_title(titles[key])
-        axes.set_xlabel("training step")
-        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-        axes.grid(alpha=0.3)
-    panels[0].legend(fontsize=8)
+        axes_left.set_title(titles[key])
+        axes_left.set_xlabel("training step")
+        axes_left.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axes_left.grid(alpha=0.3)
+    if right is not None:
+        panels[0].set_ylabel("IDR (solid)")
+        right.set_ylabel("ADR (dashed)")
+    panels[0].legend(handles=handles, fontsize=8)
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path
