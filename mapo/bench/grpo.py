@@ -68,8 +68,9 @@ def our_step(policy: Any, optimizer: torch.optim.Optimizer, prompts: list[list[d
                                        [0.0] * n + [float(advantage)] * m, [0.0] * n + list(sample.logprobs)))
     optim = dataclasses.replace(config.optim, ppo_epochs=1, minibatches=1)
     update(policy, optimizer, sequences, optim, config.loss, config.rollout.temperature)
-    return {"seconds": time.perf_counter() - start, "reward_mean": sum(rewards) / len(rewards),
-            "completions": float(len(samples)), "completion_tokens": float(sum(len(s.ids) for s in samples))}
+    seconds, tokens = time.perf_counter() - start, float(sum(len(s.ids) for s in samples))
+    return {"seconds": seconds, "reward_mean": sum(rewards) / len(rewards), "completions": float(len(samples)),
+            "completion_tokens": tokens, "ms_per_completion_token": 1e3 * seconds / max(tokens, 1.0)}
 
 
 def trl_steps(policy: Any, prompts: list[list[dict[str, str]]], config: TrainConfig, group: int,
@@ -118,8 +119,9 @@ def trl_steps(policy: Any, prompts: list[list[dict[str, str]]], config: TrainCon
         raise RuntimeError(f"TRL ran {len(clock.seconds)} steps ({len(clock.logs)} logged), expected {1 + timed}")
     best = min(range(1, 1 + timed), key=lambda k: clock.seconds[k])
     logs = clock.logs[best]
+    tokens = float(logs.get("completions/mean_length", float("nan"))) * batch
     return {"seconds": clock.seconds[best], "reward_mean": float(logs["reward"]), "completions": float(batch),
-            "completion_tokens": float(logs.get("completions/mean_length", float("nan"))) * batch}
+            "completion_tokens": tokens, "ms_per_completion_token": 1e3 * clock.seconds[best] / tokens}
 
 
 def bench_grpo(config: TrainConfig, scenarios: list[Any], prompts: int = 4, group: int = 4,
@@ -150,8 +152,6 @@ def bench_grpo(config: TrainConfig, scenarios: list[Any], prompts: int = 4, grou
     with tempfile.TemporaryDirectory(prefix="mapo-trl-") as workdir:
         modes["trl"] = trl_steps(load_policy(config.policy, seed=config.seed), chats, config, group, max_new_tokens,
                                  workdir, timed)
-    for row in modes.values():
-        row["ms_per_completion_token"] = 1e3 * row["seconds"] / row["completion_tokens"]
     ratios = {"trl_over_mapo_seconds": modes["trl"]["seconds"] / max(modes["mapo"]["seconds"], 1e-9)}
     if all(math.isfinite(row["ms_per_completion_token"]) for row in modes.values()):
         ratios["trl_over_mapo_per_token"] = modes["trl"]["ms_per_completion_token"] / modes["mapo"]["ms_per_completion_token"]
