@@ -349,6 +349,7 @@ class Trainer:
                 {
                     "step": self.step,
                     "optimizer": self.optimizer.state_dict(),
+                    "rapo": self.rapo.state_dict(),  # the EMA teacher, when RAPO distils from one
                     "rng": {
                         "torch": torch.get_rng_state(),
                         "numpy": np.random.get_state(),
@@ -366,6 +367,7 @@ class Trainer:
         self.policy.load_trained(folder / "policy")
         state = torch.load(folder / "trainer_state.pt", weights_only=False)
         self.optimizer.load_state_dict(state["optimizer"])
+        self.rapo.load_state_dict(state.get("rapo", {}), self.policy)
         torch.set_rng_state(state["rng"]["torch"])
         np.random.set_state(state["rng"]["numpy"])
         random.setstate(state["rng"]["python"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 import math
 import os
 import signal
@@ -251,6 +252,18 @@ def test_sigkill_during_a_checkpoint_write_then_resume_reproduces_the_run(tmp_pa
     assert not list((out / "checkpoints").glob(".tmp-*"))  # the torn write was cleared away
     _assert_same_run(RunFolder(resumed).read_metrics(), uninterrupted)
     _assert_folder_sound(out)
+
+
+def test_resume_keeps_the_ema_teacher_of_self_distillation(tmp_path):
+    """RAPO's EMA teacher lives between steps: a resumed run must restore it, not restart it."""
+    settings = [*CRASH, "rapo.distill=true", "rapo.distill_teacher=ema", "checkpoint_every=2", "keep_checkpoints=2"]
+    full = RunFolder(train(load_config(None, settings), output=tmp_path / "full", show_progress=False))
+    assert all(m["distill_replies"] > 0 for m in full.read_metrics())
+    cut = tmp_path / "cut"
+    shutil.copytree(full.path, cut)
+    shutil.rmtree(cut / "checkpoints" / "step-000004")  # as if killed after step 2's checkpoint
+    resumed = RunFolder(train(resume=cut, show_progress=False))
+    _assert_same_run(resumed.read_metrics(), full.read_metrics())
 
 
 def test_ctrl_c_saves_a_checkpoint_and_exits_cleanly(tmp_path, uninterrupted):

@@ -334,3 +334,17 @@ class Rapo:
     def after_update(self, policy: Policy) -> None:
         if self.ema is not None:
             self.ema.update(policy)
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint must keep: the EMA teacher's weights (None until its first use)."""
+        return {"ema_shadow": None if self.ema is None else [t.clone() for t in self.ema.shadow]}
+
+    def load_state_dict(self, state: dict[str, Any], policy: Policy) -> None:
+        shadow = state.get("ema_shadow")
+        if shadow is None:
+            self.ema = None
+            return
+        self.ema = EmaTeacher(policy, self.spec.distill_ema_mix)
+        if [t.shape for t in shadow] != [t.shape for t in self.ema.shadow]:
+            raise ValueError("checkpoint: the saved EMA teacher does not match the policy's trainable weights")
+        self.ema.shadow = [t.clone() for t in shadow]
