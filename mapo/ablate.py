@@ -247,15 +247,7 @@ def check_plan(out: Path, plan: AblationPlan) -> None:
 def eval_spec(budget: EvalBudget, system_prompt: str | None = None) -> Any:
     from mapo.evaluate.runner import EvalSpec
 
-    spec = EvalSpec(
-        scenarios=budget.scenarios,
-        limit=budget.limit,
-        samples=budget.samples,
-        max_turns=budget.max_turns,
-        max_new_tokens=budget.max_new_tokens,
-        temperature=budget.temperature,
-        seed=budget.seed,
-    )
+    spec = EvalSpec(**dataclasses.asdict(budget))  # EvalBudget's fields are a subset of EvalSpec's
     return dataclasses.replace(spec, system_prompt=system_prompt) if system_prompt is not None else spec
 
 
@@ -563,16 +555,21 @@ def to_markdown(rows: Sequence[dict[str, Any]], metrics: Sequence[tuple[str, str
     return "\n".join(lines) + "\n"
 
 
-def curves(out: Path, plan: AblationPlan) -> dict[str, dict[str, list[list[float]]]]:
-    """{variant: {metric: [per-seed series]}} of reward_mean and grad_norm (pre-clip) per step."""
+def run_metrics(out: Path, plan: AblationPlan) -> dict[Unit, list[dict[str, Any]]]:
+    """Each started unit's metrics.jsonl rows, in step order."""
     from mapo.run_folder import RunFolder
 
+    return {
+        unit: sorted(RunFolder(run_dir(out, unit)).read_metrics(), key=lambda m: m["step"])
+        for unit in plan.units()
+        if run_dir(out, unit).is_dir()
+    }
+
+
+def curves(out: Path, plan: AblationPlan) -> dict[str, dict[str, list[list[float]]]]:
+    """{variant: {metric: [per-seed series]}} of reward_mean and grad_norm (pre-clip) per step."""
     found: dict[str, dict[str, list[list[float]]]] = {}
-    for unit in plan.units():
-        path = run_dir(out, unit)
-        if not path.is_dir():
-            continue
-        rows = sorted(RunFolder(path).read_metrics(), key=lambda m: m["step"])
+    for unit, rows in run_metrics(out, plan).items():
         entry = found.setdefault(unit.variant, {"reward_mean": [], "grad_norm": []})
         for key in entry:
             entry[key].append([float(m.get(key, float("nan"))) for m in rows])
@@ -626,19 +623,6 @@ def plot_curves(series: dict[str, dict[str, list[list[float]]]], path: Path) -> 
     return path
 
 
-def run_training_metrics(out: Path, plan: AblationPlan) -> dict[str, dict[str, float | None]]:
-    """`training_metrics` of every unit whose run folder has metrics."""
-    from mapo.run_folder import RunFolder
-
-    found = {}
-    for unit in plan.units():
-        path = run_dir(out, unit)
-        rows = sorted(RunFolder(path).read_metrics(), key=lambda m: m["step"]) if (path / "metrics.jsonl").is_file() else []
-        if rows:
-            found[unit.name] = training_metrics(rows)
-    return found
-
-
 def _html_table(rows: Sequence[dict[str, Any]], metrics: Sequence[tuple[str, str]]) -> str:
     from mapo.evaluate.html import esc
 
@@ -664,17 +648,16 @@ def write_outputs(out: Path, plan: AblationPlan) -> Path:
         if result is not None:
             per_unit[name] = eval_metrics(result)
             per_dialogue[name] = dialogue_metrics(result)
-    training = run_training_metrics(out, plan)
-    by_dialogue = paired_dialogue_rows(per_dialogue, plan) if PAIRED_REFERENCE in plan.variants else []
+    training = {unit.name: training_metrics(rows) for unit, rows in run_metrics(out, plan).items() if rows}
+    paired = PAIRED_REFERENCE in plan.variants
+    by_dialogue = paired_dialogue_rows(per_dialogue, plan) if paired else []
     tables = [  # (title, rows, metrics)
         ("Held-out evaluation: mean ± sample std over seeds", aggregate_rows(per_unit, plan), METRICS),
-        (f"Paired with {PAIRED_REFERENCE}: variant minus {PAIRED_REFERENCE} at the same seed, mean ± std",
-         paired_rows(per_unit, plan), METRICS),
+        *([(f"Paired with {PAIRED_REFERENCE}: variant minus {PAIRED_REFERENCE} at the same seed, mean ± std",
+            paired_rows(per_unit, plan), METRICS)] if paired else []),
         ("Training: per-step reward and pre-clip gradient norm from metrics.jsonl, mean ± std over seeds",
          aggregate_rows(training, plan, TRAINING_METRICS), TRAINING_METRICS),
     ]
-    if PAIRED_REFERENCE not in plan.variants:
-        del tables[1]
     missing = [u.name for u in plan.units() if u.name not in per_unit]
     (out / "ablation.json").write_text(
         json.dumps({"plan": plan.to_dict(), "rows": tables[0][1], "units": per_unit, "training": training,
