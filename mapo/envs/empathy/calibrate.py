@@ -30,8 +30,15 @@ from mapo.envs.empathy.judge import JudgeContext
 from mapo.envs.empathy.roles import LEVEL_KEYS, Judgement
 from mapo.types import AXES
 
-Split = Literal["calibration", "heldout", "all"]
-SPLITS = ("calibration", "heldout")
+Split = Literal["calibration", "heldout", "adversarial", "blind", "all"]
+# calibration: tune on it; heldout: a regression guard; adversarial: degenerate replies of the
+# failure families below beside good replies to the same contexts; blind: written before any
+# tuning against it and read once at the end.
+SPLITS = ("calibration", "heldout", "adversarial", "blind")
+# Degenerate replies a reward-seeking policy drifts to; none may earn progress (v . v*_0 <= 0).
+FAILURE_FAMILIES = (
+    "word_salad", "loop", "role_swap", "off_topic", "invented", "fragment", "platitude", "keyword_stuffing",
+)
 CUE_KEYS = {"C": "understanding", "A": "validation", "P": "empowerment"}
 
 
@@ -52,6 +59,7 @@ class Exemplar:
     response: str
     expected: dict[str, int]
     history: list[dict[str, str]] = field(default_factory=list)
+    family: str | None = None  # one of FAILURE_FAMILIES for a degenerate reply
 
     @property
     def target(self) -> np.ndarray:
@@ -143,6 +151,11 @@ def _parse_context(raw: Any, where: str, cards: dict[str, Any]) -> list[Exemplar
             expected = validate_levels(levels)
         except ValueError as exc:
             raise ExemplarError(f"{rwhere}: {exc}") from None
+        family = resp.get("family")
+        if family is not None and family not in FAILURE_FAMILIES:
+            raise ExemplarError(f"{rwhere}: family must be one of {FAILURE_FAMILIES}, got {family!r}")
+        if family is not None and _projection(expected, -np.asarray(p0) / np.linalg.norm(p0)) > 0:
+            raise ExemplarError(f"{rwhere}: a {family} reply must be labelled with no progress (v . v*_0 <= 0)")
         out.append(
             Exemplar(
                 context_id=cid,
@@ -154,6 +167,7 @@ def _parse_context(raw: Any, where: str, cards: dict[str, Any]) -> list[Exemplar
                 response=resp["text"].strip(),
                 expected=expected,
                 history=history,
+                family=family,
             )
         )
     if len(out) < 2:
@@ -162,11 +176,11 @@ def _parse_context(raw: Any, where: str, cards: dict[str, Any]) -> list[Exemplar
 
 
 def load_exemplars(split: Split = "all", folder: str | Path | None = None) -> list[Exemplar]:
-    """All exemplars under `folder` (default: the bundled set), filtered by split."""
+    """All exemplars under `folder` and its subfolders (default: the bundled set), filtered by split."""
     if split not in (*SPLITS, "all"):
-        raise ValueError(f"unknown split {split!r}; use 'calibration', 'heldout' or 'all'")
+        raise ValueError(f"unknown split {split!r}; use one of {', '.join(SPLITS)} or 'all'")
     folder = Path(folder) if folder is not None else exemplar_dir()
-    files = sorted(folder.glob("*.yaml"))
+    files = sorted(folder.glob("**/*.yaml"))
     if not files:
         raise ExemplarError(f"{folder}: no exemplar files (*.yaml)")
     from mapo.envs.empathy.cards import bundled_scenarios
@@ -233,6 +247,7 @@ def evaluate(judge: ScoringJudge, exemplars: Sequence[Exemplar]) -> dict[str, An
             "context_id": e.context_id,
             "split": e.split,
             "kind": e.kind,
+            "family": e.family,
             "expected": e.expected,
             "judged": p.levels,
             "evidence": p.evidence,
@@ -247,5 +262,30 @@ def evaluate(judge: ScoringJudge, exemplars: Sequence[Exemplar]) -> dict[str, An
         "per_level": per_level,
         "ranking": {"pairs": pairs, "correct": correct, "accuracy": correct / pairs if pairs else None},
         "ranking_errors": errors,
+        "families": _family_metrics(exemplars, predictions),
         "predictions": items,
     }
+
+
+def _family_metrics(exemplars: Sequence[Exemplar], predictions: Sequence[Judgement]) -> dict[str, Any]:
+    """Per failure family: how many replies the judge gives no progress (v . v*_0 <= 0) and a
+    negative level, and how often a good reply to the same context is judged above them."""
+    out: dict[str, Any] = {}
+    for family in FAILURE_FAMILIES:
+        idx = [i for i, e in enumerate(exemplars) if e.family == family]
+        if not idx:
+            continue
+        got = [_projection(predictions[i].levels, exemplars[i].target) for i in idx]
+        above = total = 0
+        for i, proj in zip(idx, got):
+            for j, e in enumerate(exemplars):
+                if e.context_id == exemplars[i].context_id and e.family is None and _projection(e.expected, e.target) > 0:
+                    total += 1
+                    above += _projection(predictions[j].levels, e.target) > proj
+        out[family] = {
+            "replies": len(idx),
+            "no_progress": sum(g <= 0 for g in got) / len(idx),
+            "negative_level": sum(any(predictions[i].levels[k] < 0 for k in LEVEL_KEYS) for i in idx) / len(idx),
+            "good_ranked_above": above / total if total else None,
+        }
+    return out
