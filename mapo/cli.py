@@ -435,6 +435,9 @@ def eval_command(
     temperature: Annotated[float, typer.Option(help="Sampling temperature (> 0).")] = 0.7,
     top_p: Annotated[float, typer.Option(help="Nucleus sampling mass.")] = 1.0,
     max_new_tokens: Annotated[int, typer.Option(help="Reply length cap in tokens.")] = 96,
+    max_sentences: Annotated[
+        Optional[int], typer.Option(help="A reply ends after this many sentences (default: the run's, or 3; 0: no limit).")
+    ] = None,
     max_context_tokens: Annotated[int, typer.Option(help="Dialogue length cap in tokens (local models).")] = 8192,
     system_prompt: Annotated[Optional[str], typer.Option(help="The policy's system prompt (default: the run's, or mapo's).")] = None,
     seed: Annotated[int, typer.Option(help="Seed for sampling and the simulated users.")] = 0,
@@ -460,6 +463,8 @@ def eval_command(
                 evaluation_env_options(trained.env.name, dict(trained.env.options)) if trained and not env else {}),
             scenarios=scenarios, limit=limit, samples=samples, max_turns=max_turns, temperature=temperature,
             top_p=top_p, max_new_tokens=max_new_tokens, max_context_tokens=max_context_tokens, seed=seed,
+            max_sentences=(max_sentences or None) if max_sentences is not None else (
+                trained.rollout.max_sentences if trained else EvalSpec.max_sentences),
             system_prompt=system_prompt if system_prompt is not None else (
                 trained.rollout.system_prompt if trained else EvalSpec.system_prompt),
             scenarios_per_batch=batch_scenarios,

@@ -25,6 +25,7 @@ import copy
 import hashlib
 import importlib.util
 import os
+import re
 import shutil
 import tempfile
 import warnings
@@ -42,6 +43,7 @@ SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 _SENTINEL = "\u2063MAPO-REPLY\u2063"  # an assistant reply no template will alter
+_SENTENCE_END = re.compile(r"[.!?]+[\"'\u201d\u2019)\]]*(?=\s|$)")
 
 
 class ModelSourceError(FileNotFoundError):
@@ -98,7 +100,7 @@ class Sample:
 
     ids: list[int]
     logprobs: list[float]
-    truncated: bool
+    truncated: bool  # cut by the token cap: neither the end-of-turn id nor the sentence limit was reached
     cache: KVCache | None = None
 
 
@@ -294,6 +296,17 @@ def load_model(spec: PolicySpec, tokenizer: Any, seed: int = 0) -> torch.nn.Modu
 # ---------------------------------------------------------------- the policy
 
 
+class _SentenceLimit:
+    """A `generate` stopping criterion: a row is done once its reply holds `limit` sentences."""
+
+    def __init__(self, policy: Policy, width: int, limit: int) -> None:
+        self.policy, self.width, self.limit = policy, width, limit
+
+    def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
+        done = [self.policy.sentences_in(row[self.width :].tolist()) >= self.limit for row in input_ids]
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+
+
 class Policy:
     """A causal LM (optionally LoRA-wrapped) plus the chat rendering it was trained with."""
 
@@ -354,8 +367,11 @@ class Policy:
         top_p: float = 1.0,
         caches: Sequence[KVCache | None] | None = None,
         keep_cache: bool = False,
+        max_sentences: int | None = None,
     ) -> list[Sample]:
-        """One batched `generate` call over left-padded contexts; replies stop at end-of-turn.
+        """One batched `generate` call over left-padded contexts; replies stop at end-of-turn,
+        or once they hold `max_sentences` complete sentences (a stop rule, like a stop string:
+        the ids kept are exactly the ids sampled, and the reply is whole rather than cut).
 
         The log-probs are log softmax(logits / temperature) of the sampled ids: the
         same quantity `token_logprobs` computes for training.
@@ -389,8 +405,13 @@ class Policy:
             output_logits=True,
         )
         past = self._batch_cache(contexts, caches, width) if caches is not None else None
+        stopping = [_SentenceLimit(self, width, max_sentences)] if max_sentences else None
         out = self.model.generate(
-            input_ids=input_ids, attention_mask=attention, generation_config=config, past_key_values=past
+            input_ids=input_ids,
+            attention_mask=attention,
+            generation_config=config,
+            past_key_values=past,
+            stopping_criteria=stopping,
         )
         new = out.sequences[:, width:]
         logprobs = torch.stack(
@@ -407,13 +428,27 @@ class Policy:
         for row, context in enumerate(contexts):
             ids = new[row].tolist()
             stop = ids.index(self.end_of_turn_id) + 1 if self.end_of_turn_id in ids else len(ids)
+            by_rule = self.sentence_stop(ids[:stop], max_sentences) if max_sentences else None
+            stop = by_rule or stop
             cache = None
             if layers is not None:
                 # K/V of the context and every reply token but the last (which was never fed back)
                 start, end = width - len(context), width + stop - 1
                 cache = KVCache([(k[row, :, start:end].clone(), v[row, :, start:end].clone()) for k, v in layers])
-            samples.append(Sample(ids[:stop], logprobs[row, :stop].tolist(), self.end_of_turn_id not in ids, cache))
+            ended = by_rule is not None or self.end_of_turn_id in ids[:stop]
+            samples.append(Sample(ids[:stop], logprobs[row, :stop].tolist(), not ended, cache))
         return samples
+
+    def sentences_in(self, ids: Sequence[int]) -> int:
+        """How many sentence ends (. ! ? runs, an ellipsis counting once) the text of `ids` holds."""
+        return len(_SENTENCE_END.findall(self.tokenizer.decode(ids, skip_special_tokens=True)))
+
+    def sentence_stop(self, ids: Sequence[int], max_sentences: int) -> int | None:
+        """The length of the shortest prefix of `ids` holding `max_sentences` sentences, or None."""
+        for k in range(len(ids)):
+            if self.sentences_in(ids[: k + 1]) >= max_sentences:
+                return k + 1
+        return None
 
     def _batch_cache(self, contexts: Sequence[Sequence[int]], caches: Sequence[KVCache | None], width: int) -> Any:
         """A left-padded batch cache over the first C columns, C = width - the most new tokens of a row.

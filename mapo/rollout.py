@@ -38,7 +38,10 @@ class RolloutSpec:
     scenarios_per_step: int = 2  # B
     samples_per_scenario: int = 4  # N, the group size
     max_turns: int = 3  # per-trajectory cap (EMPA evaluates up to 45)
-    max_new_tokens: int = 32
+    # A reply ends at end-of-turn, after max_sentences sentences (the prompt asks for two or three;
+    # SmolLM2-135M rambles on), or at the max_new_tokens cap, which then cuts it mid-sentence.
+    max_new_tokens: int = 96
+    max_sentences: int | None = 3
     max_context_tokens: int = 2048
     temperature: float = 0.7  # SmolLM2-135M is incoherent at 1.0; log-probs are of the tempered policy
     top_p: float = 1.0
@@ -50,6 +53,8 @@ class RolloutSpec:
         for name in ("scenarios_per_step", "samples_per_scenario", "max_turns", "max_new_tokens", "env_workers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"rollout.{name} must be at least 1, got {getattr(self, name)}")
+        if self.max_sentences is not None and self.max_sentences < 1:
+            raise ValueError(f"rollout.max_sentences must be at least 1 or null, got {self.max_sentences}")
         if not self.temperature > 0 or not math.isfinite(self.temperature):
             raise ValueError(f"rollout.temperature must be a finite number > 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
@@ -176,6 +181,7 @@ def rollout(
                 spec.top_p,
                 caches=[d.cache for d in active] if spec.reuse_cache else None,
                 keep_cache=spec.reuse_cache and t < spec.max_turns,
+                max_sentences=spec.max_sentences,
             )
         timings["generate"] += time.perf_counter() - clock
         turns = []
@@ -192,7 +198,9 @@ def rollout(
             )
             ids.extend(sample.ids)
             d.cache = sample.cache
-            if sample.truncated:  # close the turn as the template would; this id is context, not trained
+            if sample.ids[-1:] != [policy.end_of_turn_id]:
+                # cut by the cap or ended by the sentence limit: close the turn as the template
+                # would; this id is context, not trained
                 ids.append(policy.end_of_turn_id)
             turns.append(turn)
         clock = time.perf_counter()

@@ -200,3 +200,31 @@ def test_lora_top_layers_adapts_only_the_last_layers():
     }
     with pytest.raises(ValueError, match="top_layers must be at least 1"):
         load_policy(PolicySpec(model="tiny", lora=LoraSpec(top_layers=0)))
+
+
+def test_sentence_limit_ends_replies_after_whole_sentences():
+    policy = tiny_policy(seed=3)
+    text = "That sounds heavy. Was it sudden?! I wonder... what then"
+    ids = policy.encode(text)
+    assert policy.sentences_in(ids) == 3  # the ellipsis counts once; "what then" is not a sentence
+    stop = policy.sentence_stop(ids, 2)
+    assert policy.decode(ids[:stop]) == "That sounds heavy. Was it sudden?!"
+    assert policy.sentence_stop(ids, 4) is None
+
+    # The real generate path: a logit bias makes " ok" and "." the only likely tokens, so
+    # replies hold many sentences; the limit must end each one right after its second.
+    ok, dot = policy.encode(" ok"), policy.encode(".")
+    bias = torch.full((policy.model.config.vocab_size,), -30.0)
+    bias[ok + dot] = 0.0
+    hook = policy.model.lm_head.register_forward_hook(lambda module, args, out: out + bias)
+    try:
+        contexts = [policy.first_prompt_ids("Be brief.", f"Hello {k}") for k in range(4)]
+        limited = policy.sample(contexts, 40, temperature=1.0, max_sentences=2)
+        unlimited = policy.sample(contexts, 40, temperature=1.0)
+    finally:
+        hook.remove()
+    for sample in limited:
+        assert not sample.truncated and sample.ids[-1] != policy.end_of_turn_id
+        assert policy.sentences_in(sample.ids) == 2 and policy.decode(sample.ids).endswith(".")
+        assert len(sample.logprobs) == len(sample.ids)
+    assert all(s.truncated and policy.sentences_in(s.ids) > 2 for s in unlimited)

@@ -34,6 +34,7 @@ class EvalSpec:
     temperature: float = 0.7
     top_p: float = 1.0
     max_new_tokens: int = 96
+    max_sentences: int | None = 3
     max_context_tokens: int = 8192
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     seed: int = 0
@@ -46,6 +47,7 @@ class EvalSpec:
             samples_per_scenario=self.samples,
             max_turns=self.max_turns,
             max_new_tokens=self.max_new_tokens,
+            max_sentences=self.max_sentences,
             max_context_tokens=self.max_context_tokens,
             temperature=self.temperature,
             top_p=self.top_p,

@@ -131,7 +131,9 @@ def branching_rollout(
     contexts = [traj.token_ids[: traj.turns[-1].prompt_length] for traj, _ in reached for _ in range(g - 1)]
     timings = {} if timings is None else timings
     clock = time.perf_counter()
-    samples = policy.sample(contexts, spec.max_new_tokens, spec.temperature, spec.top_p) if g > 1 else []
+    samples = policy.sample(
+        contexts, spec.max_new_tokens, spec.temperature, spec.top_p, max_sentences=spec.max_sentences
+    ) if g > 1 else []
     timings["generate"] = timings.get("generate", 0.0) + time.perf_counter() - clock
     jobs = [
         (env.snapshot, policy.decode(samples[k * (g - 1) + j].ids))
