@@ -26,7 +26,8 @@ import numpy as np
 import yaml
 
 from mapo.envs.dynamics import levels_to_vector, validate_levels
-from mapo.envs.empathy.judge import JudgeContext
+from mapo.envs.empathy.cards import ScenarioCard
+from mapo.envs.empathy.judge import JudgeContext, card_background
 from mapo.envs.empathy.roles import LEVEL_KEYS, Judgement
 from mapo.types import AXES
 
@@ -94,6 +95,7 @@ def _card_fields(scenario_id: str, where: str, cards: dict[str, Any]) -> dict[st
         raise ExemplarError(f"{where}: scenario_id {scenario_id!r} is not a bundled scenario card")
     card = cards[scenario_id].card
     return {
+        "background": card_background(ScenarioCard.model_validate(card)),
         "situation": card["situation"],
         "cues": card["cues"],
         "p0": list(cards[scenario_id].initial_state or ()),
@@ -136,6 +138,7 @@ def _parse_context(raw: Any, where: str, cards: dict[str, Any]) -> list[Exemplar
         user_turns=[m["content"] for m in history if m["role"] == "user"],
         own_turns=[m["content"] for m in history if m["role"] == "assistant"],
         deepest_axis=AXES[int(np.argmin(state))],
+        background=list(merged.get("background") or []),
     )
     out = []
     for i, resp in enumerate(merged["responses"]):

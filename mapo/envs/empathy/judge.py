@@ -77,6 +77,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from mapo import degeneracy
 from mapo.envs.empathy import embeddings
 from mapo.envs.empathy.judge_lexicon import (
     AXIS_EXEMPLARS,
@@ -119,8 +120,17 @@ HARM_SIM = 0.6  # cosine to a dismissive/invalidating/moralising formula that co
 MIN_WORDS = 6  # shorter replies carry no substance
 REPETITION = 0.8  # cosine to an earlier reply that counts as repeating it
 RAMBLING_WORDS = 110  # longer replies bury the point
+OFF_TOPIC = 0.33  # a talk sentence whose best cosine to their story and cues is below this is astray ...
+OFF_TOPIC_SHARE = 0.6  # ... and a reply with this share of its talk words astray is off topic, if it
+OFF_TOPIC_SHARED = 3  # ... shares fewer content words than this with their story ...
+OFF_TOPIC_OWN = 6  # ... and brings this many of its own (generic comfort has few; it is templated, not off topic)
 
 CUE_FIELDS = {"C": "understanding", "A": "validation", "P": "empowerment"}
+# Failure families and the rubric's negative levels for them: text that misreads or ignores
+# their story (C_neg -1); repetition, or empathy performed with no one in it (A_neg -1). A
+# fragment only earns nothing: what it says before the cut may be fine.
+C_NEG_FAMILIES = frozenset({"word_salad", "role_swap", "off_topic", "invented", "keyword_stuffing"})
+A_NEG_FAMILIES = frozenset({"loop", "role_swap", "off_topic", "keyword_stuffing"})
 
 
 @dataclass
@@ -132,6 +142,7 @@ class JudgeContext:
     user_turns: list[str]  # the user's messages so far (revealed story stages arrive through these)
     own_turns: list[str]  # the policy's earlier replies
     deepest_axis: str  # the most negative axis of P_{t-1}
+    background: list[str] = field(default_factory=list)  # true of their life, not said yet (the card's stages)
 
     @classmethod
     def from_dialogue(cls, card: ScenarioCard, history: list[dict[str, str]], state: NeedState) -> JudgeContext:
@@ -141,7 +152,14 @@ class JudgeContext:
             user_turns=[m["content"] for m in history if m.get("role") == "user"],
             own_turns=[m["content"] for m in history if m.get("role") == "assistant"],
             deepest_axis=state.deepest_axis(),
+            background=card_background(card),
         )
+
+
+def card_background(card: ScenarioCard) -> list[str]:
+    """Everything a card says of the person's life beyond the situation."""
+    persona = card.persona
+    return [persona.name, persona.occupation, *persona.traits, *(s.content for s in card.stages), *card.memories]
 
 
 @dataclass
@@ -170,6 +188,7 @@ class Features:
     feelings: list[str] = field(default_factory=list)  # feeling words in talk sentences
     unstated_feelings: list[str] = field(default_factory=list)  # ... that the user has not used
     hedged_unstated: list[str] = field(default_factory=list)  # talk sentences naming one tentatively ("maybe ... shame")
+    degenerate: dict[str, str] = field(default_factory=dict)  # failure family -> evidence (`mapo.degeneracy`, off_topic)
 
 
 def _is_directive(sentence: str) -> bool:
@@ -348,6 +367,18 @@ def extract_features(context: JudgeContext, response: str) -> Features:
             for s, cos in zip(sents, cosines)
             if cos >= HARM_SIM and not NOT_SELF_CRITICISM.search(s)
         ]
+    degenerate = {
+        f.family: f.evidence
+        for f in degeneracy.find(response, context.user_turns, [context.situation], context.background)
+    }
+    # Off topic: talk (advice is judged by its fit instead) about something else than their story.
+    relevance = sim(talk, context_sents + flat_cues)
+    if relevance.size and len(words(talk_text)) >= MIN_WORDS:
+        lengths = np.array([len(words(s)) for s in talk], dtype=float)
+        astray = float(((relevance.max(axis=1) < OFF_TOPIC) * lengths).sum() / max(lengths.sum(), 1.0))
+        own = content_stems(talk_text) - FEELING_STEMS
+        if astray >= OFF_TOPIC_SHARE and len(own & context_stems) < OFF_TOPIC_SHARED and len(own - context_stems) >= OFF_TOPIC_OWN:
+            degenerate["off_topic"] = f"{astray:.0%} of its words are about something else"
     return Features(
         n_words=len(words(response)),
         sentences=sents,
@@ -366,6 +397,7 @@ def extract_features(context: JudgeContext, response: str) -> Features:
         feelings=feelings,
         unstated_feelings=unstated,
         hedged_unstated=hedged,
+        degenerate=degenerate,
     )
 
 
@@ -405,6 +437,7 @@ def _summary(f: Features) -> dict[str, Any]:
         "hits": {k: v for k, v in f.hits.items() if v},
         "directives": len(f.directives),
         "unstated_feelings": f.unstated_feelings,
+        "degenerate": f.degenerate,
     }
 
 
@@ -429,7 +462,10 @@ def levels_from_features(f: Features, deepest_axis: str) -> tuple[dict[str, int]
     repeated = f.repetition >= REPETITION
     rambling = f.n_words > RAMBLING_WORDS
     harmful = bool(h["invalidating"] or h["trivialising"] or h["moralising"] or h["minimising"])
-    earns = f.n_words >= MIN_WORDS and not (repeated or rambling or harmful or templated or h["platitude"])
+    degenerate = f.degenerate
+    earns = f.n_words >= MIN_WORDS and not (
+        repeated or rambling or harmful or templated or h["platitude"] or degenerate
+    )
 
     if earns and grounded and f.sentences != f.directives:
         reframe = h["reframe"] or h["resonance"] or _close(f, "C2")
@@ -472,6 +508,14 @@ def levels_from_features(f: Features, deepest_axis: str) -> tuple[dict[str, int]
         put("A_neg", -1, "advice while the affective need is deepest: " + f.directives[0])
     elif f.grounding < GENERIC and f.n_words >= MIN_WORDS and not any(lv[k] for k in ("C_prog", "A_prog", "P_prog")):
         put("A_neg", -1, "generic: nothing from their story")
+
+    # Degenerate text earns nothing (above) and, where the rubric has a level for it, loses:
+    # misreading their story (C_neg), repetition or performative empathy (A_neg).
+    for family, evidence in degenerate.items():
+        if family in C_NEG_FAMILIES and lv["C_neg"] == 0:
+            put("C_neg", -1, f"{family}: {evidence}")
+        if family in A_NEG_FAMILIES and lv["A_neg"] == 0:
+            put("A_neg", -1, f"{family}: {evidence}")
 
     if h["moralising"]:
         put("P_neg", -2, h["moralising"][0])
