@@ -7,6 +7,7 @@ labels do (v . v*_0) for at least 90% of the held-out pairs.
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
@@ -16,7 +17,7 @@ from typer.testing import CliRunner
 
 from mapo.cli import app
 from mapo.envs.dynamics import levels_to_vector
-from mapo.envs.empathy.calibrate import ExemplarError, evaluate, load_exemplars
+from mapo.envs.empathy.calibrate import FAILURE_FAMILIES, SPLITS, ExemplarError, evaluate, load_exemplars
 from mapo.envs.empathy.judge import OfflineJudge
 from mapo.envs.empathy.roles import LEVEL_KEYS, NEUTRAL_LEVELS, Judgement
 
@@ -32,13 +33,17 @@ def heldout_result(heldout):
 
 
 def test_exemplar_set_shape():
-    items = load_exemplars("all")
-    calibration, heldout = load_exemplars("calibration"), load_exemplars("heldout")
-    assert len(items) >= 150 and len(items) == len(calibration) + len(heldout)
-    contexts = {e.context_id for e in items}
+    splits = {name: load_exemplars(name) for name in SPLITS}
+    assert len(load_exemplars("all")) == sum(len(items) for items in splits.values())
+    ids = {name: {e.context_id for e in items} for name, items in splits.items()}
+    for a, b in itertools.combinations(SPLITS, 2):
+        assert ids[a].isdisjoint(ids[b]), (a, b)
+    calibration, heldout = splits["calibration"], splits["heldout"]
+    items = calibration + heldout
+    assert len(items) >= 150
+    contexts = ids["calibration"] | ids["heldout"]
     assert len(contexts) >= 40
-    assert {e.context_id for e in calibration}.isdisjoint({e.context_id for e in heldout})
-    share = len({e.context_id for e in heldout}) / len(contexts)
+    share = len(ids["heldout"]) / len(contexts)
     assert 0.3 <= share <= 0.5, share
     for cid in contexts:
         group = [e for e in items if e.context_id == cid]
@@ -143,3 +148,30 @@ def test_cli_env_list_and_try(tmp_path):
     assert record["turns"] == 1 and record["scenario_id"] == "career-priya-credit-taken"
     missing = CliRunner().invoke(app, ["env", "try", "priya"])
     assert missing.exit_code == 2 and "career-priya-credit-taken" in missing.output
+
+
+@pytest.fixture(scope="session")
+def adversarial():
+    return load_exemplars("adversarial")
+
+
+def test_adversarial_set_covers_every_failure_family_beside_good_replies(adversarial):
+    counts = {family: sum(e.family == family for e in adversarial) for family in FAILURE_FAMILIES}
+    assert min(counts.values()) >= 10, counts
+    for cid in {e.context_id for e in adversarial}:
+        group = [e for e in adversarial if e.context_id == cid]
+        assert any(e.family for e in group) and any(not e.family for e in group), cid
+        good = [e for e in group if not e.family]
+        assert all(float(np.dot(levels_to_vector(e.expected), e.target)) > 0 for e in good), cid
+
+
+def test_offline_judge_pays_nothing_for_degenerate_replies(adversarial):
+    """Issue 13: every failure family at v . v*_0 <= 0, with a negative level where the rubric
+    gives one, and the good replies to the same context ranked above every degenerate one."""
+    result = evaluate(OfflineJudge(), adversarial)
+    for family, m in result["families"].items():
+        assert m["no_progress"] == 1.0, (family, m)
+        assert m["good_ranked_above"] == 1.0, (family, m)
+        if family != "fragment":  # a cut reply earns nothing; what it said before the cut may be fine
+            assert m["negative_level"] >= 0.8, (family, m)
+    assert result["ranking"]["accuracy"] >= 0.9, result["ranking"]

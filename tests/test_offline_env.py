@@ -14,7 +14,7 @@ import pytest
 from mapo.envs.base import ENVIRONMENTS, make_environment
 from mapo.envs.dynamics import DynamicsConfig, NeedState, levels_to_vector
 from mapo.envs.empathy import embeddings
-from mapo.envs.empathy.actor import REACTIONS, OfflineActor, first_person
+from mapo.envs.empathy.actor import CONFUSED, REACTIONS, OfflineActor, first_person
 from mapo.envs.empathy.cards import ScenarioCard, bundled_scenarios
 from mapo.envs.empathy.director import RuleDirector
 from mapo.envs.empathy.env import EmpathyEnvironment
@@ -286,6 +286,29 @@ def test_rule_director_schedule(scenarios):
     assert all(d.focus_axis == "P" for d in actions)
     state.step((0.0, -5.0, 0.0))
     assert director.direct(card, [], state).action == "steer"
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "Your Figma file and your name and your Figma file and your name and your Figma file.",  # loop
+        "It sounds like the hardest part is that Rohit presented your onboarding flow and you",  # cut at the cap
+        "I also had a boss who took my designs, and my wife told me to quit.",  # role swap
+        "The onboarding lead clapped the design and the weekends presented the vision of the all-hands CEO.",  # salad
+    ],
+)
+def test_degenerate_reply_confuses_the_user_and_reveals_nothing(scenarios, reply):
+    """Issue 13: after a degenerate or truncated reply the user is puzzled in their own voice,
+    the director holds the next story stage back, and the turn earns no progress."""
+    env = make_environment("empathy")
+    env.reset(scenarios[PRIYA], seed=0)
+    result = env.step(reply)  # stage 1 is due with the user's 2nd message, but not after this
+    assert result.info["directive"]["action"] == "confused"
+    assert any(line.rstrip(".?") in result.user_message for line in CONFUSED)
+    assert "Figma file" not in result.user_message
+    assert all(result.info["levels"][k] == 0 for k in ("C_prog", "A_prog", "P_prog"))
+    follow = env.step(PRIYA_GOOD[0])
+    assert follow.info["directive"]["action"] == "reveal_stage"  # a reply that makes sense gets the story
 
 
 # -- the environment -------------------------------------------------------------------

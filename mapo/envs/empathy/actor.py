@@ -7,6 +7,8 @@ card's content:
 - ``reveal_stage`` / ``reveal_memory`` say ``card.stages[i].content`` or
   ``card.memories[i]`` (written on the cards as third-person notes, turned into the
   persona's first person by ``first_person``), after a short lead-in;
+- ``confused`` (the policy's reply made no sense): puzzlement in the persona's voice,
+  and withdrawal when the reply also did harm; nothing new is shared;
 - the reaction follows the last Delta E: push back after a regression, thank after
   clear progress (Delta E >= ``THANKS_DELTA``), ease after small progress;
 - the mood follows D_t / D_0 (raw, heavy, steadier, lighter), ``steer`` voices the
@@ -188,6 +190,37 @@ NEEDS = {
         "I'm stuck on what comes next.",
     ],
 }
+# After a reply that made no sense (garbled, looping, cut off, about itself or someone else):
+# the person is puzzled or put off, and shares nothing new.
+CONFUSED = [
+    "Sorry, I'm not following you.",
+    "I'm not sure what you mean.",
+    "That didn't really make sense to me.",
+    "Wait, what?",
+    "I think you lost me there.",
+    "You stopped in the middle there.",
+    "I don't know who you're talking about.",
+    "How is that about what I said?",
+    "That went right over my head.",
+    "Did something go wrong with that message?",
+    "I'm a bit lost now.",
+    "Hm. That's not really about me.",
+    "I don't get what you're saying.",
+    "Are you actually listening?",
+    "Okay... I'm not sure where that came from.",
+    "That sounded like a jumble of my own words.",
+]
+WITHDRAW = [
+    "Never mind.",
+    "Maybe this was a bad idea.",
+    "Forget it, it doesn't matter.",
+    "I don't think I can explain it any better.",
+    "Let's just leave it.",
+    "I'm starting to wonder why I'm telling you this.",
+    "I'll keep it to myself then.",
+    "It's fine. It's fine.",
+]
+
 STEER_LEADS = [
     "Can we go back to something?",
     "That's not the part that matters most to me.",
@@ -487,6 +520,8 @@ class OfflineActor:
             parts = self._reveal(MEMORY_LEADS, card.memories[direction.memory])
         elif action == "turning_point":
             parts = [self._fresh(REACTIONS["thanks"]), self._fresh(TURNING), self._fresh(MOODS[_mood(state)], leads=False)]
+        elif action == "confused":
+            parts = [self._fresh(CONFUSED), self._fresh(WITHDRAW, leads=False) if last < 0 else None]
         elif action == "steer":
             first = self._fresh(REACTIONS["pushback"]) if reaction == "pushback" else self._fresh(STEER_LEADS)
             parts = [first, self._fresh(NEEDS[focus])]

@@ -27,7 +27,7 @@ import yaml
 
 from mapo.envs.dynamics import levels_to_vector, validate_levels
 from mapo.envs.empathy.cards import ScenarioCard
-from mapo.envs.empathy.judge import JudgeContext, card_background
+from mapo.envs.empathy.judge import JudgeContext
 from mapo.envs.empathy.roles import LEVEL_KEYS, Judgement
 from mapo.types import AXES
 
@@ -95,7 +95,7 @@ def _card_fields(scenario_id: str, where: str, cards: dict[str, Any]) -> dict[st
         raise ExemplarError(f"{where}: scenario_id {scenario_id!r} is not a bundled scenario card")
     card = cards[scenario_id].card
     return {
-        "background": card_background(ScenarioCard.model_validate(card)),
+        "background": ScenarioCard.model_validate(card).background(),
         "situation": card["situation"],
         "cues": card["cues"],
         "p0": list(cards[scenario_id].initial_state or ()),

@@ -96,6 +96,12 @@ class ScenarioCard(_Strict):
             raise ValueError(f"dominant_axis: {self.dominant_axis!r} is not the deepest axis of P_0 {axis}")
         return self
 
+    def background(self) -> list[str]:
+        """Everything the card says of the person's life beyond the situation (persona, stages,
+        memories): true of them, though not said yet."""
+        p = self.persona
+        return [p.name, p.occupation, *p.traits, *(s.content for s in self.stages), *self.memories]
+
     def to_scenario(self) -> Scenario:
         from mapo.envs.dynamics import initial_vector
 

@@ -5,6 +5,9 @@ message, in this order:
 
 1. ``end`` once the dynamics report success, failure or timeout, and only when at least
    ``min_turns`` turns were taken (default: the state's ``success_from_turn``).
+1b. ``confused`` when the policy's last reply is degenerate (`mapo.degeneracy`: a loop,
+   a fragment cut mid-sentence, word salad, role swap, invented people, keyword
+   stuffing): a person who cannot follow says so and reveals nothing more.
 2. ``turning_point`` once per dialogue, after ``turning_run`` consecutive turns with
    Delta E > 0 and E_total >= ``turning_energy`` x D_0: the user's view starts to shift.
 3. ``steer`` after a regression (last Delta E < 0), or after ``stall_run`` turns without
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from mapo import degeneracy
 from mapo.envs.empathy.roles import Direction
 
 if TYPE_CHECKING:
@@ -89,6 +93,11 @@ class RuleDirector:
 
         if state.status() is not None and turn >= self.minimum_turns(state):
             return Direction("end", focus_axis=focus, note=f"the dialogue ended: {state.status()}")
+        if history and history[-1].get("role") == "assistant":
+            users = [m["content"] for m in history if m.get("role") == "user"]
+            found = degeneracy.find(history[-1]["content"], users, [card.situation], card.background())
+            if found:
+                return Direction("confused", focus_axis=focus, note=f"{found[0].family}: {found[0].evidence}")
         run = recent[-self.turning_run :]
         if (
             not self._turning_point_done

@@ -152,14 +152,8 @@ class JudgeContext:
             user_turns=[m["content"] for m in history if m.get("role") == "user"],
             own_turns=[m["content"] for m in history if m.get("role") == "assistant"],
             deepest_axis=state.deepest_axis(),
-            background=card_background(card),
+            background=card.background(),
         )
-
-
-def card_background(card: ScenarioCard) -> list[str]:
-    """Everything a card says of the person's life beyond the situation."""
-    persona = card.persona
-    return [persona.name, persona.occupation, *persona.traits, *(s.content for s in card.stages), *card.memories]
 
 
 @dataclass

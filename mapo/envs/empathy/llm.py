@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationInfo, model_validator
 
 from mapo.backends.json_output import ChatClient, request_json, response_format
-from mapo.envs.empathy.roles import LEVEL_KEYS, NEUTRAL_LEVELS, Direction, Judgement
+from mapo.envs.empathy.roles import LEVEL_KEYS, NEUTRAL_LEVELS, Direction, DirectorAction, Judgement
 from mapo.envs.empathy.text import sentences
 from mapo.types import AXES
 
@@ -67,6 +67,14 @@ Harm levels, 0, -1 or -2 (-2 = clearly harmful):
 - P_neg: premature or unwanted advice, pushing, taking the choice away.
 Repeating earlier assistant replies is harm on the axis it fails. Surface form
 never beats substance: warm words that miss the person earn nothing.
+Incoherent text is never progress, however many of the person's own words it
+reuses: word salad, a phrase or sentence said again within the reply, the
+assistant speaking as the person or about its own life, a story about something
+else, people or events the person never mentioned presented as theirs, a reply
+that breaks off mid-sentence, strings of platitudes, or feeling and advice words
+without real sentences. Give such a reply 0 on every progress level, C_neg -1 when
+it misreads or ignores their story, and A_neg -1 for repetition or empathy that is
+performed rather than meant.
 
 Reply with one JSON object and nothing else, exactly these six keys:
 {"C_prog": {"level": 0, "evidence": ""}, "A_prog": {"level": 0, "evidence": ""},
@@ -101,6 +109,10 @@ unfolds like a real one. Each turn you choose what the person does next:
 - "steer": push the conversation toward the axis where their need is deepest.
 - "turning_point": a moment where their view shifts, for better or worse,
   depending on how well they have been helped.
+- "confused": the assistant's last reply made no sense (garbled, repeating
+  itself, cut off mid-sentence, about itself or about something else); the
+  person says they are lost or pulls back. Never reveal a stage or a memory
+  right after such a reply: incoherent text is no progress.
 - "end": close the conversation (only once it has run its course).
 Reveal the story gradually, one stage at a time, not all at once. If the
 assistant keeps missing the person, show it through the person (they pull back,
@@ -160,6 +172,8 @@ ACTOR_INSTRUCTIONS = {
     "reveal_memory": "Something from your past comes to mind; share it briefly: {memory}",
     "steer": "Steer toward what you most need right now: {axis}.",
     "turning_point": "Something shifts for you now; show it honestly: {turn}",
+    "confused": "The assistant's last reply made no sense to you (garbled, repeating itself, broken off, or about "
+    "something else). Say so briefly in your own voice, puzzled or put off; share nothing new.",
     "end": "You are ready to stop talking for now; close the conversation in one or two sentences.",
 }
 
@@ -356,7 +370,7 @@ class LLMJudge(_Counted):
 
 class DirectorOutput(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    action: Literal["continue", "reveal_stage", "reveal_memory", "steer", "turning_point", "end"]
+    action: DirectorAction
     stage: int | None = None  # 1-based as listed; informational, stages are revealed in order
     memory: int | None = None  # 1-based as listed
     focus_axis: Literal["C", "A", "P"] | None = None

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 LEVEL_KEYS = ("C_prog", "A_prog", "P_prog", "C_neg", "A_neg", "P_neg")
 NEUTRAL_LEVELS: dict[str, int] = {k: 0 for k in LEVEL_KEYS}
 
-DirectorAction = Literal["continue", "reveal_stage", "reveal_memory", "steer", "turning_point", "end"]
+DirectorAction = Literal["continue", "reveal_stage", "reveal_memory", "steer", "turning_point", "confused", "end"]
 
 
 @dataclass
