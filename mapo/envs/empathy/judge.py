@@ -36,12 +36,19 @@ Features of a reply (`extract_features`)
 - `repetition`: best cosine of the reply to one of the policy's earlier replies.
 - length in words.
 
+- `degenerate`: the failure families of `mapo.degeneracy` (loop, fragment, role swap,
+  invented people, keyword stuffing, word salad), plus *off topic*: at least
+  OFF_TOPIC_SHARE of the talk's words in sentences whose best cosine to their story and
+  cues is below OFF_TOPIC, with fewer than OFF_TOPIC_SHARED stems of theirs and at least
+  OFF_TOPIC_OWN of its own (generic comfort has few: it is templated instead).
+
 Rules (`levels_from_features`)
 ------------------------------
 A reply *earns* progress only if it has at least MIN_WORDS words, is not a repeat
 (repetition >= REPETITION), not rambling (> RAMBLING_WORDS words), carries no harm
-phrase and no platitude, and is not *templated* (a support formula with fewer than
-two shared stems). It is *grounded* when grounding >= GROUNDED.
+phrase and no platitude, is not *templated* (a support formula with fewer than two
+shared stems) and is not degenerate: a gain must mean a better listener, never text
+that reuses their words without sense. It is *grounded* when grounding >= GROUNDED.
 
 - C_prog 2: grounded, a reframe or resonance phrase ("maybe it isn't ...", "rather
   than", "says more about") or C2 exemplar, and grounding >= DEEP_GROUNDED.
@@ -63,6 +70,9 @@ two shared stems). It is *grounded* when grounding >= GROUNDED.
   (state.deepest_axis() == "A", no A progress, at least half the sentences are
   directives); a reply of substance that earns nothing and whose grounding is below
   GENERIC (generic comfort).
+- Degenerate families add C_neg -1 where they misread or ignore the story (word salad,
+  role swap, off topic, invented, keyword stuffing) and A_neg -1 for repetition or
+  performed empathy (loop, role swap, off topic, keyword stuffing), when not already set.
 - P_neg -2: moralising, blaming or guilt-tripping ("your own fault", "be grateful",
   "family comes first"). P_neg -1: pressure ("you need to", "you should", "just tell
   them").
