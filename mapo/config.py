@@ -120,7 +120,7 @@ class TrainConfig:
     checkpoint_every: int = 5  # steps; the last step is always checkpointed
     keep_checkpoints: int = 2
     transcripts_every: int = 1  # steps; 0 = never
-    tensorboard: bool = False
+    report_to: list[str] = field(default_factory=list)  # experiment trackers: tensorboard, wandb, mlflow (mapo.tracking)
     # the embedded default adapts SmolLM2's top 12 layers: the backward pass stops there (~40% faster updates)
     policy: PolicySpec = field(default_factory=lambda: PolicySpec(lora=LoraSpec(top_layers=12)))
     rollout: RolloutSpec = field(default_factory=RolloutSpec)
@@ -139,6 +139,9 @@ class TrainConfig:
             raise ValueError("checkpoint_every and keep_checkpoints must be >= 1, transcripts_every >= 0")
         if self.threads is not None and self.threads < 1:
             raise ValueError(f"threads must be at least 1 (or null), got {self.threads}")
+        from mapo.tracking import validate_names
+
+        validate_names(self.report_to)
 
 
 def default_config_path() -> Path:
