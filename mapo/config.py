@@ -142,6 +142,18 @@ class TrainConfig:
         from mapo.tracking import validate_names
 
         validate_names(self.report_to)
+        if self.rapo.branching:  # the ranker's scores replace every reward: these would be ignored silently
+            ignored = [
+                *([f"reward.kind={self.reward.kind} (the offline ranker ranks by IDR)"] if self.reward.kind != "idr" else []),
+                *(["reward.redundancy"] if self.reward.redundancy else []),
+                *(["the reasoning format reward (reasoning.format_weight > 0)"]
+                  if self.reasoning.enabled and self.reasoning.format_weight > 0 else []),
+            ]
+            if ignored:
+                raise ValueError(
+                    f"rapo.branching trains on the ranker's scores, so {', '.join(ignored)} would have no effect; "
+                    "drop it, or turn rapo.branching off"
+                )
 
 
 def default_config_path() -> Path:

@@ -115,6 +115,21 @@ def test_rapo_config_is_checked():
         load_config(None, ["rapo.distill_cap=0"])
 
 
+@pytest.mark.parametrize(
+    "option, named",
+    [
+        ("reward.kind=adr", "reward.kind=adr"),
+        ("reward.redundancy=true", "reward.redundancy"),
+        ("reasoning.enabled=true", "the reasoning format reward"),
+    ],
+)
+def test_branching_refuses_reward_options_it_would_ignore(option, named):
+    with pytest.raises(ConfigError, match=rf"rapo.branching trains on the ranker's scores, so {named}.*no effect"):
+        load_config(None, ["rapo.branching=true", option])
+    # structured reasoning without its format reward changes what the judge sees, so it stays allowed
+    assert load_config(None, ["rapo.branching=true", "reasoning.enabled=true", "reasoning.format_weight=0"]).rapo.branching
+
+
 # ---------------------------------------------------------------- feedback
 
 
