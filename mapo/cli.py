@@ -476,7 +476,10 @@ def eval_command(
     epmq = summary["epmq"]["epmq"] if summary["epmq"] else None
     typer.echo(
         f"pass {summary['pass_count']}/{summary['dialogues']} ({100 * summary['pass_rate']:.1f}%)  "
-        f"EPM-Q {'n/a' if epmq is None else f'{epmq:.1f}'}  alignment {summary['alignment']['target']:+.3f}  "
+        f"EPM-Q {'n/a' if epmq is None else f'{epmq:.1f}'}  "
+        # DESIGN 3's reported alignment is cos(v_t, -P_{t-1}); EPM-Q's Align uses cos(v_t, v*_0)
+        f"alignment to deficit -P_t-1 {summary['alignment']['deficit']:+.3f}  "
+        f"alignment to v*_0 {summary['alignment']['target']:+.3f}  "
         f"fallbacks {summary['fallback_total']}"
     )
     typer.echo(f"Eval: {path}\nTranscripts: {path.parent / 'transcripts.jsonl'}\nViewer: {path.parent / 'transcripts.html'}")
