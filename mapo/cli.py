@@ -19,12 +19,27 @@ bench_app = typer.Typer(help="Benchmarks: EmoBench, EQ-Bench v2, and speed bench
 app.add_typer(bench_app, name="bench")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from mapo import __version__
+
+        typer.echo(__version__)
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    pass  # only the eager --version option; the app's help text is Typer(help=...)
+
+
 @app.command()
 def version() -> None:
     """Print the installed mapo version."""
-    from mapo import __version__
-
-    typer.echo(__version__)
+    _print_version(True)
 
 
 # ---------------------------------------------------------------- evaluation commands (mapo/evaluate)

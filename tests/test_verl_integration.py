@@ -3,7 +3,7 @@ reward layout round trip, and the agent loop driving full dialogues of the offli
 environment with a real (tiny) model generating the policy's token ids.
 
 Everything that needs verl is skipped with the reason when verl is not installed
-(`pip install 'mapo-rl[verl]'`); the import guard and the version check run everywhere.
+(`pip install -e '.[verl]'`); the import guard and the version check run everywhere.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from mapo.advantages import compute_batch, compute_group, returns
 
 HAS_VERL = importlib.util.find_spec("verl") is not None
 needs_verl = pytest.mark.skipif(
-    not HAS_VERL, reason="verl is not installed; these tests run in the verl venv (pip install 'mapo-rl[verl]')"
+    not HAS_VERL, reason="verl is not installed; these tests run in the verl venv (pip install -e '.[verl]')"
 )
 REPO = Path(__file__).resolve().parents[1]
 
@@ -47,7 +47,7 @@ def _fresh_import(monkeypatch: pytest.MonkeyPatch, verl_module: object) -> None:
 
 def test_missing_verl_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     # sys.modules[name] = None makes `import name` fail exactly as when it is not installed.
-    with pytest.raises(ImportError, match=r"pip install 'mapo-rl\[verl\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'verl\[verl-core\]==0\.9\.1' \(or, in a mapo checkout, pip install -e '\.\[verl\]'\)"):
         _fresh_import(monkeypatch, None)
 
 
@@ -55,7 +55,7 @@ def test_unsupported_verl_version_is_refused(monkeypatch: pytest.MonkeyPatch) ->
     old = types.ModuleType("verl")
     old.__version__ = "0.4.0"  # type: ignore[attr-defined]
     monkeypatch.delenv("MAPO_VERL_SKIP_VERSION_CHECK", raising=False)
-    with pytest.raises(ImportError, match=r"supports verl 0\.9\.1, but verl 0\.4\.0 is installed.*mapo-rl\[verl\]"):
+    with pytest.raises(ImportError, match=r"supports verl 0\.9\.1, but verl 0\.4\.0 is installed.*pip install 'verl\[verl-core\]==0\.9\.1'"):
         _fresh_import(monkeypatch, old)
 
 
