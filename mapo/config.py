@@ -28,7 +28,7 @@ from mapo.policy import LoraSpec, PolicySpec
 from mapo.rollout import RolloutSpec
 from mapo.validation import read_yaml
 
-FREE_FORM = ("env.options", "rapo.ranker_backend")  # mappings passed through to user code unchecked
+FREE_FORM = ("env.options", "rapo.ranker_backend", "rapo.hindsight_backend")  # mappings passed through to user code unchecked
 
 
 class ConfigError(ValueError):
