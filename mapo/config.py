@@ -28,7 +28,8 @@ from mapo.policy import LoraSpec, PolicySpec
 from mapo.rollout import RolloutSpec
 from mapo.validation import read_yaml
 
-FREE_FORM = ("env.options", "rapo.ranker_backend", "rapo.hindsight_backend")  # mappings passed through to user code unchecked
+# mappings passed through to user code unchecked
+FREE_FORM = ("env.options", "rapo.ranker_backend", "rapo.hindsight_backend")
 
 
 class ConfigError(ValueError):
@@ -143,12 +144,13 @@ class TrainConfig:
 
         validate_names(self.report_to)
         if self.rapo.branching:  # the ranker's scores replace every reward: these would be ignored silently
-            ignored = [
-                *([f"reward.kind={self.reward.kind} (the offline ranker ranks by IDR)"] if self.reward.kind != "idr" else []),
-                *(["reward.redundancy"] if self.reward.redundancy else []),
-                *(["the reasoning format reward (reasoning.format_weight > 0)"]
-                  if self.reasoning.enabled and self.reasoning.format_weight > 0 else []),
-            ]
+            ignored = []
+            if self.reward.kind != "idr":
+                ignored.append(f"reward.kind={self.reward.kind} (the offline ranker ranks by IDR)")
+            if self.reward.redundancy:
+                ignored.append("reward.redundancy")
+            if self.reasoning.enabled and self.reasoning.format_weight > 0:
+                ignored.append("the reasoning format reward (reasoning.format_weight > 0)")
             if ignored:
                 raise ValueError(
                     f"rapo.branching trains on the ranker's scores, so {', '.join(ignored)} would have no effect; "
