@@ -6,6 +6,8 @@ spells the same values out with comments. Loading merges, in order: defaults, th
 YAML file, then each override (dotted key, value parsed as YAML). An unknown key
 stops loading with `ConfigError` naming it and listing the valid keys there;
 values are type-checked (pydantic) and range-checked (each section's __post_init__).
+The pre-`report_to` key `tensorboard: true/false` (older run folders' config.yaml)
+still loads, with a FutureWarning: true adds tensorboard to `report_to`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import typing
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -171,6 +174,10 @@ def _merge(base: dict[str, Any], update: Any, cls: type, where: str) -> None:
     """Merge `update` into `base` (a dict of `cls`'s fields), rejecting unknown keys."""
     if not isinstance(update, dict):
         raise ConfigError(f"{where or 'config'}: expected a mapping of keys, got {type(update).__name__} {update!r}")
+    legacy = _NOT_SET
+    if cls is TrainConfig and "tensorboard" in update:  # run folders written before report_to have it
+        update = dict(update)
+        legacy = update.pop("tensorboard")
     types = _section_types(cls)
     for key, value in update.items():
         dotted = f"{where}.{key}" if where else str(key)
@@ -186,6 +193,27 @@ def _merge(base: dict[str, Any], update: Any, cls: type, where: str) -> None:
             base[key] = {**base[key], **value}
         else:
             base[key] = value
+    if legacy is not _NOT_SET:  # after the mapping's own report_to, which it extends
+        _legacy_tensorboard(base, legacy)
+
+
+_NOT_SET = object()
+
+
+def _legacy_tensorboard(base: dict[str, Any], value: Any) -> None:
+    """The pre-`report_to` key `tensorboard: bool`: true adds tensorboard to report_to, false does nothing."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"tensorboard (deprecated, use report_to): expected true or false, got {value!r}")
+    warnings.warn(  # FutureWarning: shown to users by default, once per process
+        "config key 'tensorboard' is deprecated; use report_to: [tensorboard] (tensorboard: false means report_to: [])",
+        FutureWarning,
+        stacklevel=2,
+    )
+    trackers = base.get("report_to")
+    if value and isinstance(trackers, list) and "tensorboard" not in trackers:
+        base["report_to"] = [*trackers, "tensorboard"]
+    elif value and trackers is None:
+        base["report_to"] = ["tensorboard"]
 
 
 def _override(raw: dict[str, Any], assignment: str) -> None:

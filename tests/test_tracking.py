@@ -9,6 +9,7 @@ import struct
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from mapo.cli import app
@@ -141,3 +142,31 @@ def test_report_to_names_are_checked_when_the_config_loads() -> None:
     with pytest.raises(ConfigError, match="report_to: unknown tracker 'neptune'; choose from tensorboard, wandb, mlflow"):
         load_config(None, ["report_to=[neptune]"])
     assert load_config(None, []).report_to == []
+
+
+def _old_run_folder(root: Path, tensorboard: bool) -> Path:
+    """A run folder's config.yaml as written before report_to: the resolved config with `tensorboard: <bool>`."""
+    from mapo.config import TrainConfig, config_dict
+
+    raw = {("tensorboard" if k == "report_to" else k): (tensorboard if k == "report_to" else v)
+           for k, v in config_dict(TrainConfig()).items()}
+    run = root / f"old-{tensorboard}"
+    (run / "final").mkdir(parents=True)
+    (run / "config.yaml").write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    return run
+
+
+def test_config_yaml_of_runs_from_before_report_to_still_loads(tmp_path: Path) -> None:
+    from mapo.evaluate.checkpoints import run_config
+
+    with pytest.warns(FutureWarning, match="'tensorboard' is deprecated; use report_to"):
+        assert load_config(_old_run_folder(tmp_path, False) / "config.yaml").report_to == []
+    with pytest.warns(FutureWarning):
+        assert run_config(str(_old_run_folder(tmp_path, True))).report_to == ["tensorboard"]
+    with pytest.warns(FutureWarning):  # --set, and no duplicate when report_to already lists it
+        assert load_config(None, ["tensorboard=true"]).report_to == ["tensorboard"]
+        both = load_config(None, ["report_to=[wandb, tensorboard]", "tensorboard=true"])
+        assert both.report_to == ["wandb", "tensorboard"]
+        assert load_config(None, ["report_to=[wandb]", "tensorboard=false"]).report_to == ["wandb"]
+    with pytest.raises(ConfigError, match="tensorboard .deprecated, use report_to.: expected true or false"):
+        load_config(None, ["tensorboard=maybe"])
