@@ -78,7 +78,7 @@ register_variant(
     "rollout.max_new_tokens=160",
     description="+ COMPEER structured reasoning and format reward (longer replies: the tags need room)",
 )
-register_variant("mapo-idr-hindsight", "rapo.hindsight=quantile", description="+ RAPO hindsight selection (|r| >= median)")
+register_variant("mapo-idr-hindsight", "rapo.hindsight=quantile", description="+ RAPO hindsight selection, its quantile proxy (|r| >= median)")
 register_variant("mapo-idr-distill", "rapo.distill=true", description="+ RAPO verbal self-distillation")
 register_variant(
     "rapo-branching",

@@ -19,12 +19,27 @@ bench_app = typer.Typer(help="Benchmarks: EmoBench, EQ-Bench v2, and speed bench
 app.add_typer(bench_app, name="bench")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from mapo import __version__
+
+        typer.echo(__version__)
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    pass  # only the eager --version option; the app's help text is Typer(help=...)
+
+
 @app.command()
 def version() -> None:
     """Print the installed mapo version."""
-    from mapo import __version__
-
-    typer.echo(__version__)
+    _print_version(True)
 
 
 # ---------------------------------------------------------------- evaluation commands (mapo/evaluate)
@@ -481,7 +496,10 @@ def eval_command(
     epmq = summary["epmq"]["epmq"] if summary["epmq"] else None
     typer.echo(
         f"pass {summary['pass_count']}/{summary['dialogues']} ({100 * summary['pass_rate']:.1f}%)  "
-        f"EPM-Q {'n/a' if epmq is None else f'{epmq:.1f}'}  alignment {summary['alignment']['target']:+.3f}  "
+        f"EPM-Q {'n/a' if epmq is None else f'{epmq:.1f}'}  "
+        # DESIGN 3's reported alignment is cos(v_t, -P_{t-1}); EPM-Q's Align uses cos(v_t, v*_0)
+        f"alignment to deficit -P_t-1 {summary['alignment']['deficit']:+.3f}  "
+        f"alignment to v*_0 {summary['alignment']['target']:+.3f}  "
         f"fallbacks {summary['fallback_total']}"
     )
     typer.echo(f"Eval: {path}\nTranscripts: {path.parent / 'transcripts.jsonl'}\nViewer: {path.parent / 'transcripts.html'}")

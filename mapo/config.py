@@ -6,6 +6,8 @@ spells the same values out with comments. Loading merges, in order: defaults, th
 YAML file, then each override (dotted key, value parsed as YAML). An unknown key
 stops loading with `ConfigError` naming it and listing the valid keys there;
 values are type-checked (pydantic) and range-checked (each section's __post_init__).
+The pre-`report_to` key `tensorboard: true/false` (older run folders' config.yaml)
+still loads, with a FutureWarning: true adds tensorboard to `report_to`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import typing
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -28,7 +31,8 @@ from mapo.policy import LoraSpec, PolicySpec
 from mapo.rollout import RolloutSpec
 from mapo.validation import read_yaml
 
-FREE_FORM = ("env.options", "rapo.ranker_backend")  # mappings passed through to user code unchecked
+# mappings passed through to user code unchecked
+FREE_FORM = ("env.options", "rapo.ranker_backend", "rapo.hindsight_backend")
 
 
 class ConfigError(ValueError):
@@ -120,7 +124,7 @@ class TrainConfig:
     checkpoint_every: int = 5  # steps; the last step is always checkpointed
     keep_checkpoints: int = 2
     transcripts_every: int = 1  # steps; 0 = never
-    tensorboard: bool = False
+    report_to: list[str] = field(default_factory=list)  # experiment trackers: tensorboard, wandb, mlflow (mapo.tracking)
     # the embedded default adapts SmolLM2's top 12 layers: the backward pass stops there (~40% faster updates)
     policy: PolicySpec = field(default_factory=lambda: PolicySpec(lora=LoraSpec(top_layers=12)))
     rollout: RolloutSpec = field(default_factory=RolloutSpec)
@@ -139,6 +143,22 @@ class TrainConfig:
             raise ValueError("checkpoint_every and keep_checkpoints must be >= 1, transcripts_every >= 0")
         if self.threads is not None and self.threads < 1:
             raise ValueError(f"threads must be at least 1 (or null), got {self.threads}")
+        from mapo.tracking import validate_names
+
+        validate_names(self.report_to)
+        if self.rapo.branching:  # the ranker's scores replace every reward: these would be ignored silently
+            ignored = []
+            if self.reward.kind != "idr":
+                ignored.append(f"reward.kind={self.reward.kind} (the offline ranker ranks by IDR)")
+            if self.reward.redundancy:
+                ignored.append("reward.redundancy")
+            if self.reasoning.enabled and self.reasoning.format_weight > 0:
+                ignored.append("the reasoning format reward (reasoning.format_weight > 0)")
+            if ignored:
+                raise ValueError(
+                    f"rapo.branching trains on the ranker's scores, so {', '.join(ignored)} would have no effect; "
+                    "drop it, or turn rapo.branching off"
+                )
 
 
 def default_config_path() -> Path:
@@ -154,6 +174,10 @@ def _merge(base: dict[str, Any], update: Any, cls: type, where: str) -> None:
     """Merge `update` into `base` (a dict of `cls`'s fields), rejecting unknown keys."""
     if not isinstance(update, dict):
         raise ConfigError(f"{where or 'config'}: expected a mapping of keys, got {type(update).__name__} {update!r}")
+    legacy = _NOT_SET
+    if cls is TrainConfig and "tensorboard" in update:  # run folders written before report_to have it
+        update = dict(update)
+        legacy = update.pop("tensorboard")
     types = _section_types(cls)
     for key, value in update.items():
         dotted = f"{where}.{key}" if where else str(key)
@@ -169,6 +193,27 @@ def _merge(base: dict[str, Any], update: Any, cls: type, where: str) -> None:
             base[key] = {**base[key], **value}
         else:
             base[key] = value
+    if legacy is not _NOT_SET:  # after the mapping's own report_to, which it extends
+        _legacy_tensorboard(base, legacy)
+
+
+_NOT_SET = object()
+
+
+def _legacy_tensorboard(base: dict[str, Any], value: Any) -> None:
+    """The pre-`report_to` key `tensorboard: bool`: true adds tensorboard to report_to, false does nothing."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"tensorboard (deprecated, use report_to): expected true or false, got {value!r}")
+    warnings.warn(  # FutureWarning: shown to users by default, once per process
+        "config key 'tensorboard' is deprecated; use report_to: [tensorboard] (tensorboard: false means report_to: [])",
+        FutureWarning,
+        stacklevel=2,
+    )
+    trackers = base.get("report_to")
+    if value and isinstance(trackers, list) and "tensorboard" not in trackers:
+        base["report_to"] = [*trackers, "tensorboard"]
+    elif value and trackers is None:
+        base["report_to"] = ["tensorboard"]
 
 
 def _override(raw: dict[str, Any], assignment: str) -> None:

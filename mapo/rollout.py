@@ -109,6 +109,18 @@ def _distance(info: dict[str, Any], state: tuple[float, ...]) -> float:
     return math.sqrt(sum(x * x for x in state))
 
 
+def _initial_distance(info: dict[str, Any], scenario_id: str) -> float:
+    """D_0 from the first step's info when P_0 is unknown; without either the first reward would use D_0 = 0."""
+    if "initial_distance" not in info:
+        raise ValueError(
+            f"scenario {scenario_id!r}: the environment reports no 'state' and the scenario no initial_state, "
+            "so D_0 is unknown and the first IDR reward (and the outcome reward) would be wrong; give the "
+            "scenario an initial_state (P_0), report 'state' in the step info, or report 'initial_distance' (D_0) "
+            "in the first step's info"
+        )
+    return float(info["initial_distance"])
+
+
 def rollout(
     policy: Policy | ChatPolicy,
     scenarios: Sequence[Scenario],
@@ -213,9 +225,11 @@ def rollout(
             turn.distance = _distance(info, turn.state)
             turn.levels = dict(info.get("levels") or {})
             turn.info = info
-            if t == 1 and len(turn.state) == len(turn.action):
+            if t == 1 and turn.state and len(turn.state) == len(turn.action):
                 # P_0 = P_1 - v_1: the start the env actually used (some draw it at reset)
                 d.trajectory.initial_state = tuple(s - a for s, a in zip(turn.state, turn.action))
+            if t == 1 and not d.trajectory.initial_state:
+                d.trajectory.initial_distance = _initial_distance(info, d.scenario.id)
             d.trajectory.turns.append(turn)
             if result.done:
                 d.done, d.cache = True, None

@@ -28,7 +28,7 @@ import torch
 
 from mapo.advantages import compute_batch
 from mapo.backends.openai_compat import BackendError, shared_stats
-from mapo.config import AdvantageSpec, EnvSpec, OptimSpec, RewardSpec, TrainConfig, dump_config, load_config
+from mapo.config import AdvantageSpec, EnvSpec, OptimSpec, RewardSpec, TrainConfig, config_dict, dump_config, load_config
 from mapo.envs.base import Environment, make_environment
 from mapo.losses import LossSpec, TrainSequence, collate, packed_sequence, policy_loss
 from mapo.methods.compeer import apply_format_reward, reasoning_env_factory, reasoning_rollout_spec
@@ -45,6 +45,7 @@ from mapo.reliability import (
 from mapo.rewards import rewards_from_distances
 from mapo.rollout import rollout
 from mapo.run_folder import RunFolder, new_run_dir
+from mapo.tracking import Tracking, check_installed
 from mapo.types import Group, Scenario
 
 log = logging.getLogger("mapo.trainer")
@@ -309,6 +310,7 @@ class Trainer:
         self.config = config
         self.threads = configure_threads(config.threads)
         seed_everything(config.seed)
+        check_installed(config.report_to)  # a missing tracker stops the run now, not after the first hour
         resolve_source(config.policy)  # a missing model file fails before anything slow
         self.scenarios = training_scenarios(config.env)
         self.make_env = environment_factory(config.env)
@@ -328,16 +330,6 @@ class Trainer:
         self._interruptible = False  # whether Ctrl-C may abort the current step (no state changed yet)
         self._stop_requested = False
         self.rapo = Rapo(config.rapo)  # RAPO options (hindsight selection, self-distillation); inert when off
-
-    def _tensorboard(self, run: RunFolder) -> Any:
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:
-            log.warning(
-                "tensorboard is enabled but not installed (pip install tensorboard); logging to metrics.jsonl only"
-            )
-            return None
-        return SummaryWriter(str(run.path / "tensorboard"))
 
     # ---- checkpoints
 
@@ -486,7 +478,7 @@ class Trainer:
     def train(self, run: RunFolder, show_progress: bool = True) -> Path:
         """Train from `self.step` to `config.steps`, logging and checkpointing into `run`."""
         cfg = self.config
-        tensorboard = self._tensorboard(run) if cfg.tensorboard else None
+        tracking = Tracking(cfg.report_to, run.path, config_dict(cfg))
         from rich.console import Console
         from rich.progress import (
             BarColumn,
@@ -508,7 +500,7 @@ class Trainer:
             console=Console(stderr=True),
             disable=not show_progress,
         )
-        with progress, ThreadPoolExecutor(max_workers=cfg.rollout.env_workers) as pool, self._sigint_handler():
+        with tracking, progress, ThreadPoolExecutor(max_workers=cfg.rollout.env_workers) as pool, self._sigint_handler():
             task = progress.add_task("train", total=cfg.steps, completed=self.step, reward="-", ret="-", success="-")
             while self.step < cfg.steps:
                 if self._stop_requested:
@@ -527,11 +519,7 @@ class Trainer:
                     ) from None
                 self.step += 1
                 run.log_metrics(metrics)
-                if tensorboard is not None:
-                    for key, value in metrics.items():
-                        if key != "step" and isinstance(value, (int, float)):
-                            tensorboard.add_scalar(key, value, self.step)
-                    tensorboard.flush()
+                tracking.log(metrics, self.step)
                 if self.step % cfg.checkpoint_every == 0 or self.step == cfg.steps:
                     self.save_checkpoint(run)
                 progress.update(
@@ -542,11 +530,9 @@ class Trainer:
                     success=f"{metrics['success_rate']:.0%}",
                 )
         self.policy.save_pretrained(run.path / "final")
-        if tensorboard is not None:
-            tensorboard.close()
         from mapo.evaluate.report import write_report
 
-        write_report(run.path)  # report.html: the run's curves, with links to transcripts and checkpoints
+        tracking.finish(write_report(run.path), run.path / "final")  # report.html: the run's curves, with links
         return run.path
 
 

@@ -69,6 +69,8 @@ class Trajectory:
     # The whole dialogue's token ids as the policy saw and sampled them (rendered prompts
     # + sampled replies); turn t's reply is token_ids[prompt_length : prompt_length + len(response_ids)].
     token_ids: list[int] = field(default_factory=list)
+    # D_0 of an environment that reports distances but no state (used when initial_state is empty)
+    initial_distance: float | None = None
 
     @property
     def rewards(self) -> list[float]:
@@ -76,8 +78,13 @@ class Trajectory:
 
     @property
     def distances(self) -> list[float]:
-        """D_0..D_T (D_0 from the initial state)."""
-        d0 = float(sum(x * x for x in self.initial_state) ** 0.5)
+        """D_0..D_T (D_0 from the initial state, else `initial_distance`; ValueError when neither is known)."""
+        if self.initial_state:
+            d0 = float(sum(x * x for x in self.initial_state) ** 0.5)
+        elif self.initial_distance is not None:
+            d0 = float(self.initial_distance)
+        else:
+            raise ValueError(f"trajectory of {self.scenario_id!r}: neither P_0 (initial_state) nor D_0 is known")
         return [d0] + [t.distance for t in self.turns]
 
     def __len__(self) -> int:

@@ -34,6 +34,9 @@ def test_tiny_model_on_two_empathy_scenarios(tmp_path):
     assert sum(summary["outcomes"].values()) == 4 and 0 <= summary["pass_rate"] <= 1
     assert set(summary["epmq"]) == set(EPMQ_KEYS)
     assert set(summary["alignment"]["target_by_axis"]) == {"C", "A", "P"}
+    # the console line names each alignment by what it measures (DESIGN 3 reports cos(v_t, -P_{t-1}))
+    assert f"alignment to deficit -P_t-1 {summary['alignment']['deficit']:+.3f}" in result.output
+    assert f"alignment to v*_0 {summary['alignment']['target']:+.3f}" in result.output
     for scenario in data["scenarios"]:
         assert len(scenario["samples"]) == 2
         for dialogue in scenario["samples"]:

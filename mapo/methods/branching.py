@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from mapo.envs.base import Environment, StepResult
+from mapo.methods.compeer import seen_reply
 from mapo.methods.ranking import Candidate, Ranker
 from mapo.policy import Policy
 from mapo.rollout import RolloutSpec, rollout
@@ -182,7 +183,7 @@ def branching_rollout(
             context,
             [
                 Candidate(
-                    str(c.info.get("reply", c.response)),
+                    seen_reply(c),
                     str(c.info["reaction"]),
                     d_before - c.distance,
                     c.levels,

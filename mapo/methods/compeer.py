@@ -3,7 +3,7 @@
 Redundancy: the maths lives in `mapo.rewards.redundancy_reweight_group`; this module
 applies it to rolled-out groups with the environment's sentence embeddings and reports,
 per step, how similar the responses were to each other (in-group) and to their
-dialogue (history).
+dialogue (history). With structured reasoning it measures the <reply> part only.
 
 Structured reasoning: the policy writes short tagged analysis steps (the user's
 situation, their emotional state, the chosen strategy) and then its reply. An
@@ -26,7 +26,20 @@ import numpy as np
 from mapo.envs.base import Environment, StepResult
 from mapo.rewards import Similarity, redundancy_reweight_group
 from mapo.rollout import RolloutSpec
-from mapo.types import Group, Scenario
+from mapo.types import Group, Scenario, Turn
+
+
+def seen_reply(turn: Turn) -> str:
+    """The text the user saw: with structured reasoning only the <reply> part (as the ranker judges it)."""
+    return str(turn.info.get("reply", turn.response))
+
+
+def reply_tokens(turn: Turn) -> float:
+    """Tokens of the reply the user saw: with structured reasoning the <reply> part's share of the response's
+    tokens, by characters (the shared tag scaffolding would otherwise make every reply look long)."""
+    if "reply" not in turn.info or not turn.response:
+        return float(len(turn.response_ids))
+    return len(turn.response_ids) * min(1.0, len(seen_reply(turn)) / len(turn.response))
 
 
 def apply_redundancy(
@@ -52,9 +65,9 @@ def apply_redundancy(
     for group in groups:
         trajs = group.trajectories
         result = redundancy_reweight_group(
-            [[t.response for t in tr.turns] for tr in trajs],
+            [[seen_reply(t) for t in tr.turns] for tr in trajs],
             [[t.user_message for t in tr.turns] for tr in trajs],
-            [[len(t.response_ids) for t in tr.turns] for tr in trajs],
+            [[reply_tokens(t) for t in tr.turns] for tr in trajs],
             [tr.rewards for tr in trajs],
             similarity,
             a,

@@ -1,8 +1,10 @@
 """RAPO options: hindsight selection of pivotal turns and verbal self-distillation.
 
-Hindsight selection trains only the turns that mattered: those whose |r_t| reaches the
-batch's q-quantile, or (mode "judge") those where the judge saw any progress or setback
-(a non-zero level). The other turns get advantage None, i.e. no loss.
+Hindsight selection trains only the turns that mattered. Mode "llm" is RAPO's own: an LLM
+reads each finished dialogue and names the replies worth learning from
+(`mapo.methods.hindsight_llm`). Two proxies need no extra call: "quantile" keeps the turns
+whose |r_t| reaches the batch's q-quantile, "judge" those where the environment's judge saw
+any progress or setback (a non-zero level). The other turns get advantage None, i.e. no loss.
 
 Self-distillation: in every group, the lowest-rewarded reply (among turns the user
 answered) is re-scored by a *teacher* -- the same policy, or an EMA copy of its trainable
@@ -27,13 +29,14 @@ import torch
 
 from mapo.advantages import normalise
 from mapo.losses import topk_reverse_kl
+from mapo.methods.hindsight_llm import make_llm_hindsight
 from mapo.methods.ranking import critique_from_levels, make_ranker
 from mapo.policy import Policy
 from mapo.types import Group, Scenario, Trajectory
 
 Nested = list[list[list[float | None]]]
 
-HINDSIGHT_MODES = ("off", "quantile", "judge")
+HINDSIGHT_MODES = ("off", "quantile", "judge", "llm")
 TEACHERS = ("current", "ema")
 RANKERS = ("offline", "llm")
 
@@ -42,8 +45,11 @@ RANKERS = ("offline", "llm")
 class RapoSpec:
     """The trainer's `rapo` config section."""
 
-    hindsight: str = "off"  # off | quantile (|r_t| >= the batch's q-quantile) | judge (any non-zero judge level)
+    # off | llm (RAPO: an LLM picks the turns worth learning from) | proxies: quantile (|r_t| >= the
+    # batch's q-quantile), judge (any non-zero judge level)
+    hindsight: str = "off"
     hindsight_quantile: float = 0.5
+    hindsight_backend: dict[str, Any] = field(default_factory=dict)  # hindsight=llm: base_url, model, ...
     distill: bool = False  # verbal self-distillation of each group's worst reply
     distill_coef: float = 1e-3
     distill_top_k: int = 256
@@ -74,6 +80,8 @@ class RapoSpec:
             raise ValueError(f"rapo.ranker must be one of {', '.join(RANKERS)}, got {self.ranker!r}")
         if self.ranker == "llm" and not {"base_url", "model"} <= set(self.ranker_backend):
             raise ValueError("rapo.ranker=llm needs rapo.ranker_backend with at least base_url and model")
+        if self.hindsight == "llm" and not {"base_url", "model"} <= set(self.hindsight_backend):
+            raise ValueError("rapo.hindsight=llm needs rapo.hindsight_backend with at least base_url and model")
 
 
 # ---------------------------------------------------------------- hindsight selection
@@ -275,6 +283,7 @@ class Rapo:
         self.spec = spec
         self.ema: EmaTeacher | None = None
         self.ranker = make_ranker(spec.ranker, spec.ranker_backend) if spec.branching else None
+        self.hindsight_llm = make_llm_hindsight(spec.hindsight_backend) if spec.hindsight == "llm" else None
         self.branch_metrics: dict[str, float] = {}
 
     def rollout(
@@ -298,7 +307,10 @@ class Rapo:
             metrics.update(self.branch_metrics)
         if self.spec.hindsight == "off":
             return advantages, metrics
-        if self.spec.hindsight == "quantile":
+        if self.hindsight_llm is not None:
+            pivotal, llm_metrics = self.hindsight_llm.pivotal(groups)
+            metrics.update(llm_metrics)
+        elif self.spec.hindsight == "quantile":
             pivotal = pivotal_by_quantile([g.rewards for g in groups], self.spec.hindsight_quantile)
         else:
             pivotal = pivotal_by_judge(groups)

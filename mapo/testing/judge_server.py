@@ -11,8 +11,10 @@ fallback) can run end to end without a GPU or a model download, e.g. behind a
         options = {"judge": {"kind": "llm", "base_url": server.base_url, "model": "offline-judge"}}
 
 Evidence is the offline judge's phrase when it is quoted from the reply, else the
-whole reply (the LLM judge requires quotes). Other requests (director, actor) get
-HTTP 400. `authorizations` records the Authorization headers received.
+whole reply (the LLM judge requires quotes). It also answers RAPO's hindsight requests
+(`mapo.methods.hindsight_llm`): a listener reply is worth learning from when the offline
+judge, seeing the conversation before it, rates any non-zero level. Other requests
+(director, actor) get HTTP 400. `authorizations` records the Authorization headers received.
 """
 
 from __future__ import annotations
@@ -29,11 +31,13 @@ from mapo.envs.empathy.cards import ScenarioCard, bundled_scenarios
 from mapo.envs.empathy.judge import CUE_FIELDS, JudgeContext, OfflineJudge
 from mapo.envs.empathy.llm import _is_quoted
 from mapo.envs.empathy.roles import LEVEL_KEYS
+from mapo.methods.hindsight_llm import HINDSIGHT_HEADER
 from mapo.types import Scenario
 
 _NAME = re.compile(r"^Name: ([^,\n]+),", re.MULTILINE)
 _DEEPEST = re.compile(r"Deepest need now: ([CAP])\.")
 _REPLY = re.compile(r"LATEST ASSISTANT REPLY[^\n]*\n<<<\n(.*)\n>>>\n", re.DOTALL)
+_LISTENER = re.compile(r"^Listener \[(\d+)\]: (.*)$")
 _TRANSCRIPT = re.compile(r"CONVERSATION SO FAR\n(.*)\n\nLATEST ASSISTANT REPLY", re.DOTALL)
 
 
@@ -104,6 +108,24 @@ class JudgeServer:
             out[key] = {"level": level, "evidence": evidence if level else ""}
         return json.dumps(out)
 
+    def hindsight_json(self, prompt: str) -> str:
+        """The hindsight JSON for one `mapo.methods.hindsight_llm` request."""
+        user_turns: list[str] = []
+        own_turns: list[str] = []
+        verdicts = []
+        for line in prompt.split("\n"):
+            if line.startswith("Person: "):
+                user_turns.append(line[len("Person: ") :])
+            elif listener := _LISTENER.match(line):
+                reply = listener.group(2)
+                judgement = self.judge.score(JudgeContext("", {}, list(user_turns), list(own_turns), "C"), reply)
+                worth = any(judgement.levels[key] != 0 for key in LEVEL_KEYS)
+                verdicts.append({"turn": int(listener.group(1)), "worth_learning": worth})
+                own_turns.append(reply)
+        if not verdicts:
+            raise JudgePromptError("a hindsight request without numbered listener replies")
+        return json.dumps({"turns": verdicts})
+
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
 
@@ -136,7 +158,8 @@ class JudgeServer:
                 try:
                     request = json.loads(body)
                     prompt = next(m["content"] for m in request["messages"] if m["role"] == "user")  # a repair turn follows it
-                    content = server.levels_json(prompt)
+                    hindsight = prompt.startswith(HINDSIGHT_HEADER)
+                    content = server.hindsight_json(prompt) if hindsight else server.levels_json(prompt)
                 except (ValueError, KeyError, TypeError, StopIteration) as err:
                     return self._send(400, {"error": {"message": f"judge server: {err}"}})
                 return self._send(200, {

@@ -1,6 +1,7 @@
 """MAPO on verl (multi-GPU / multi-node): advantage estimators and a dialogue agent loop.
 
-Install with `pip install 'mapo-rl[verl]'` (verl 0.9.1). Importing this package
+Install with mapo's `verl` extra (verl 0.9.1): `pip install -e '.[verl]'` in a checkout, or
+`pip install 'dist/mapo_rl-<version>-py3-none-any.whl[verl]'` for a built wheel (docs/verl.md). Importing this package
 registers, in verl's own registries:
 
 - advantage estimators `mapo`, `mapo_turn`, `mapo_batch` (`algorithm.adv_estimator=mapo`);

@@ -6,7 +6,8 @@ import logging
 import os
 
 SUPPORTED_VERL_VERSIONS: tuple[str, ...] = ("0.9.1",)
-INSTALL_HINT = "pip install 'mapo-rl[verl]'"
+# mapo is installed already when this runs (mapo-rl is not on PyPI): what is missing is verl itself
+INSTALL_HINT = "pip install 'verl[verl-core]==0.9.1' (or, in a mapo checkout, pip install -e '.[verl]')"
 SKIP_CHECK_ENV = "MAPO_VERL_SKIP_VERSION_CHECK"
 
 
