@@ -465,6 +465,7 @@ def eval_command(
     from mapo.backends.openai_compat import BackendError
     from mapo.run_folder import new_run_dir
     from mapo.evaluate.checkpoints import load_eval_policy, run_config
+    from mapo.evaluate.empa import hacking_line
     from mapo.evaluate.responders import endpoint_policy
     from mapo.evaluate.runner import EvalSpec, evaluation_env_options, run_eval
 
@@ -502,6 +503,7 @@ def eval_command(
         f"alignment to v*_0 {summary['alignment']['target']:+.3f}  "
         f"fallbacks {summary['fallback_total']}"
     )
+    typer.echo(f"reward hacking: {hacking_line(summary['hacking'])}")
     typer.echo(f"Eval: {path}\nTranscripts: {path.parent / 'transcripts.jsonl'}\nViewer: {path.parent / 'transcripts.html'}")
 
 

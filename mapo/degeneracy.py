@@ -16,7 +16,7 @@ Each detector returns its evidence (a short quote) or None:
 - `loop`: a word 5-gram with a content word said twice, such a 3-gram three times, a
   sentence said twice, or a word three times in a row.
 - `fragment`: the reply stops mid-sentence (no final . ! ?), or trails off ("...").
-- `role_swap`: the assistant talks about its own life ("my wife", "I lost my job",
+- `role_swap`: the assistant talks about its own life ("my wife", "our band", "I lost my job",
   "me too") or retells the user's message in the first person.
 - `invented`: a person, place or event presented as theirs ("your brother", "your
   doctor", "in Berlin") that neither the situation nor their messages mention.
@@ -51,6 +51,8 @@ SECOND_PERSON = frozenset("you your you're you've you'd you'll yourself yours".s
 _MY_ALLOWED = r"(?:own\s+)?(?:guess|sense|hope|thought|thoughts|read|reading|impression|point|question|heart goes out|apologies|condolences|understanding|take|concern|words|suggestion|mistake|bad|pleasure|reply|answer|last|earlier|first)"
 _SELF_DISCLOSURE = re.compile(
     r"\bmy\s+(?!" + _MY_ALLOWED + r"\b)[a-z]+"
+    r"|\bour\s+(?:band|family|team|kids|children|son|daughter|house|home|flat|parents|mother|father|mum|mom|dad"
+    r"|dog|cat|wedding|marriage|relationship|friends?|shop|business|company|boss|manager|landlord|neighbours?)\b"
     r"|\bme too\b|\bsame (?:here|with me|thing happened to me)\b|\bwhen i was (?:a |young|little|your age|\d)"
     r"|\bhappened to me\b|\bin my (?:own )?(?:life|experience|family|case)\b|\bi(?:'ve| have) been there\b"
     r"|\bi (?:lost|quit|got fired|got laid off|was laid off|broke up|moved|grew up|used to (?:work|live|play|run|ride|be))\b"
@@ -249,6 +251,20 @@ def find(
     if not checks["loop"]:  # a loop repeats its content words too; it is not also a salad
         checks["word_salad"] = word_salad(reply, [*context_texts, *user_texts])
     return [Finding(family, evidence) for family, evidence in checks.items() if evidence]
+
+
+def dialogue_hacking_metrics(dialogues: Iterable[Sequence[tuple[str, str]]]) -> dict[str, float]:
+    """`hacking_metrics` over every reply of `dialogues` (each a list of (user message, reply)
+    turns), each reply against what the user had said in its dialogue up to that turn: a reply
+    echoing an earlier message is as much an echo as one echoing the latest."""
+    replies: list[str] = []
+    said_so_far: list[list[str]] = []
+    for turns in dialogues:
+        users = [user for user, _ in turns]
+        for i, (_, reply) in enumerate(turns):
+            replies.append(reply)
+            said_so_far.append(users[: i + 1])
+    return hacking_metrics(replies, said_so_far)
 
 
 def hacking_metrics(replies: Sequence[str], user_texts: Sequence[Sequence[str]]) -> dict[str, float]:

@@ -30,6 +30,7 @@ from mapo.advantages import compute_batch
 from mapo.backends.openai_compat import BackendError, shared_stats
 from mapo.config import AdvantageSpec, EnvSpec, OptimSpec, RewardSpec, TrainConfig, config_dict, dump_config, load_config
 from mapo.envs.base import Environment, make_environment
+from mapo.degeneracy import dialogue_hacking_metrics
 from mapo.losses import LossSpec, TrainSequence, collate, packed_sequence, policy_loss
 from mapo.methods.compeer import apply_format_reward, reasoning_env_factory, reasoning_rollout_spec
 from mapo.methods.rapo import Rapo
@@ -263,6 +264,8 @@ def rollout_metrics(groups: Sequence[Group], advantages: Nested, components: dic
     metrics.update(_stats(flat, "adv"))
     for name, values in components.items():
         metrics.update(_stats([a for g in values for t in g for a in t if a is not None], f"adv_{name}"))
+    # The judge's own degeneracy detectors over the step's replies: the reward-hacking monitor.
+    metrics.update(dialogue_hacking_metrics([(u.user_message, u.response) for u in t.turns] for t in trajectories))
     return metrics
 
 

@@ -11,7 +11,7 @@ from mapo.cli import app
 from mapo.evaluate.compare import load_result, table_rows, to_html, to_markdown, write_comparison
 
 
-def eval_json(folder, pass_rate, epmq_value, fallbacks=0, turns=20.0):
+def eval_json(folder, pass_rate, epmq_value, fallbacks=0, turns=20.0, hacking=None):
     folder.mkdir(parents=True)
     epmq = {k: 50.0 for k in ("RDI", "Etot", "Snet", "Rho", "Sproj", "Tau", "Rpos", "Align", "Pen",
                               "outcome", "efficiency", "stability")} | {"epmq": epmq_value}
@@ -24,6 +24,8 @@ def eval_json(folder, pass_rate, epmq_value, fallbacks=0, turns=20.0):
                       "deficit_by_axis": {"C": 0.1, "A": 0.1, "P": 0.05}},
         "fallbacks": {}, "fallback_total": fallbacks,
     }
+    if hacking is not None:  # eval.json files written before the monitor lack it
+        summary["hacking"] = hacking
     (folder / "eval.json").write_text(json.dumps({"config": {}, "summary": summary, "scenarios": []}))
     return folder
 
@@ -45,6 +47,32 @@ def test_deltas_against_the_first_result(tmp_path):
     # fewer fallbacks and fewer turns are better: green for mapo's -2 fallbacks, red for grpo's +1
     assert "style='color:#2f8f4e'>-2</td>" in html and "style='color:#c2452d'>+1</td>" in html
     assert "style='color:#c2452d'>-2.00</td>" in html  # grpo's lower EPM-Q
+
+
+def hacking(distinct2, echo):
+    return {"hack_distinct2": distinct2, "hack_repetition": 0.05, "hack_echo": echo, "hack_role_swap": 0.0,
+            "hack_fragment": 0.1}
+
+
+def test_hacking_monitor_beside_epmq_with_the_better_direction(tmp_path):
+    old = eval_json(tmp_path / "old", 0.2, 40.0)  # before the monitor
+    base = eval_json(tmp_path / "base", 0.2, 40.0, hacking=hacking(0.8, 0.1))
+    hacked = eval_json(tmp_path / "hacked", 0.5, 60.0, hacking=hacking(0.4, 0.5))
+    results = [load_result(p) for p in (base, hacked, old)]
+    names = [metric.name for metric, _ in table_rows(results)]
+    first = names.index("reward hacking: distinct-2 (higher is better)")
+    assert names[first:first + 5] == [
+        "reward hacking: distinct-2 (higher is better)", "reward hacking: repetition (lower is better)",
+        "reward hacking: echo (lower is better)", "reward hacking: role swap (lower is better)",
+        "reward hacking: fragment (lower is better)",
+    ]
+    assert names.index("EPM-Q") < first < names.index("success rate, dominant axis A (%)")
+    markdown = to_markdown(results)
+    assert "| reward hacking: distinct-2 (higher is better) | 0.8 | 0.4 | -0.4 | – | – |" in markdown
+    assert "| reward hacking: echo (lower is better) | 0.1 | 0.5 | +0.4 | – | – |" in markdown
+    html = to_html(results)
+    # both got worse: less distinct wording (red -0.4) and more echo (red +0.4)
+    assert "style='color:#c2452d'>-0.4</td>" in html and "style='color:#c2452d'>+0.4</td>" in html
 
 
 def test_write_comparison_and_cli(tmp_path):

@@ -17,7 +17,8 @@ ALL_KEYS = (
     "adv_mean adv_std adv_abs_mean adv_turn_mean adv_turn_std adv_turn_abs_mean adv_batch_mean adv_batch_std "
     "adv_batch_abs_mean adv_mixed_mean adv_mixed_std adv_mixed_abs_mean response_length_mean truncated_fraction "
     "kl kl_old entropy clip_fraction ratio_mean turns_mean final_distance_mean tokens_per_s_rollout "
-    "tokens_per_s_train step_time backend_retries_http_500 judge_repairs judge_fallbacks"
+    "tokens_per_s_train step_time backend_retries_http_500 judge_repairs judge_fallbacks "
+    "hack_distinct2 hack_repetition hack_echo hack_role_swap hack_fragment"
 ).split()
 
 
@@ -63,6 +64,7 @@ def test_report_has_every_plot_and_links(tmp_path):
     for panel in PANELS:
         assert f"alt='{panel.title}'" in page
     assert "not logged" not in page
+    assert "alt='Reward-hacking monitor'" in page  # hack_* of metrics.jsonl
     assert "6 logged steps" in page  # the cut-off 7th line is skipped
     for link in ("transcripts.html", "transcripts.jsonl", "metrics.jsonl", "config.yaml", "checkpoints/step-000004"):
         assert f"href='{link}'" in page

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 from tiny_policy import ToyEnvironment  # noqa: F401  (registers the "toy-test" environment)
 from typer.testing import CliRunner
@@ -13,7 +14,7 @@ from typer.testing import CliRunner
 from mapo.cli import app
 from mapo.envs.empathy.cards import bundled_scenarios
 from mapo.evaluate.checkpoints import load_eval_policy
-from mapo.evaluate.empa import EPMQ_KEYS
+from mapo.evaluate.empa import EPMQ_KEYS, HACKING_LABELS, aggregate
 
 
 def test_tiny_model_on_two_empathy_scenarios(tmp_path):
@@ -37,6 +38,8 @@ def test_tiny_model_on_two_empathy_scenarios(tmp_path):
     # the console line names each alignment by what it measures (DESIGN 3 reports cos(v_t, -P_{t-1}))
     assert f"alignment to deficit -P_t-1 {summary['alignment']['deficit']:+.3f}" in result.output
     assert f"alignment to v*_0 {summary['alignment']['target']:+.3f}" in result.output
+    assert set(summary["hacking"]) == set(HACKING_LABELS) and all(0 <= v <= 1 for v in summary["hacking"].values())
+    assert "reward hacking: distinct-2 " in result.output
     for scenario in data["scenarios"]:
         assert len(scenario["samples"]) == 2
         for dialogue in scenario["samples"]:
@@ -50,6 +53,17 @@ def test_tiny_model_on_two_empathy_scenarios(tmp_path):
     assert first["turns"][0]["user"] and len(first["turns"][0]["state"]) == 3
     viewer = (out / "transcripts.html").read_text()
     assert viewer.count("<details") == 4 and "need P_t (C/A/P)" in viewer
+
+
+def test_eval_summary_monitors_hacking_against_what_the_user_had_said_so_far():
+    dialogue = {"scenario_id": "s", "dominant_axis": "A", "outcome": "timeout", "reason": "max_turns", "turns": 2,
+                "epmq": None, "distances": [1.0, 1.0], "fallbacks": {},
+                "alignment": {"target": 0.0, "deficit": 0.0, "target_by_axis": {}, "deficit_by_axis": {}}}
+    story, echo = "I lost the job at the bakery.", "Losing the job at the bakery must hurt."  # 2 of 5 4-grams echo
+    transcript = {"turns": [{"user": story, "response": "I am sorry."}, {"user": "Yes.", "response": echo}]}
+    hacking = aggregate([dialogue], [transcript])["hacking"]
+    assert hacking["hack_echo"] == pytest.approx(0.4 / 2) and hacking["hack_fragment"] == 0.0
+    assert aggregate([dialogue])["hacking"] == {}  # no transcripts, no replies to monitor
 
 
 def _train_tiny_run(tmp_path):

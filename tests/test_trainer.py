@@ -22,7 +22,8 @@ from mapo.config import ConfigError, TrainConfig, config_dict, default_config_pa
 from mapo.losses import LossSpec, collate, packed_sequence
 from mapo.rollout import RolloutSpec, rollout
 from mapo.run_folder import RunFolder
-from mapo.trainer import RUNTIME_KEYS, micro_batches, train, update
+from mapo.types import Group, Trajectory, Turn
+from mapo.trainer import RUNTIME_KEYS, micro_batches, rollout_metrics, train, update
 
 ENV = "empathy"
 TINY = [
@@ -166,6 +167,8 @@ def test_mapo_train_end_to_end_writes_the_run_folder(tmp_path):
         "step_time",
     ):
         assert all(np.isfinite(m[key]) for m in metrics), key
+    for key in ("hack_distinct2", "hack_repetition", "hack_echo", "hack_role_swap", "hack_fragment"):
+        assert all(0.0 <= m[key] <= 1.0 for m in metrics), key
     transcripts = [json.loads(x) for x in (out / "transcripts.jsonl").read_text().splitlines()]
     assert (
         len(transcripts) == 3 * 4 and transcripts[0]["turns"][0]["user"] and "advantage" in transcripts[0]["turns"][0]
@@ -174,6 +177,20 @@ def test_mapo_train_end_to_end_writes_the_run_folder(tmp_path):
     assert (out / "final" / "adapter_model.safetensors").is_file()
     result = CliRunner().invoke(app, ["train", "--output", str(out), "--set", "policy.model=tiny"])
     assert result.exit_code == 2 and "--resume" in result.output
+
+
+def test_rollout_metrics_monitor_echo_against_what_the_user_had_said_so_far():
+    story = "I lost the job at the bakery."
+    echo = "Losing the job at the bakery must hurt."  # 2 of its 5 word 4-grams are the story's
+    plain = "Thank you for telling me."
+
+    def metrics(users, replies):
+        turns = [Turn(i + 1, user, reply) for i, (user, reply) in enumerate(zip(users, replies))]
+        groups = [Group("s", [Trajectory("s", initial_state=(1.0,), turns=turns, done_reason="max_turns")])]
+        return rollout_metrics(groups, [[[0.5, -0.5]]], {})
+
+    assert metrics([story, "Yes."], [plain, echo])["hack_echo"] == pytest.approx(0.4 / 2)  # told a turn earlier
+    assert metrics(["Hello.", story], [echo, plain])["hack_echo"] == 0.0  # not yet told: no echo
 
 
 _KILLER = textwrap.dedent(

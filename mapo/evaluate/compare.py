@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mapo.evaluate.empa import EPMQ_KEYS
+from mapo.evaluate.empa import EPMQ_KEYS, HACKING_HIGHER_IS_BETTER, HACKING_LABELS
 from mapo.evaluate.html import esc, page
 
 
@@ -58,6 +58,7 @@ def _eval_metrics(data: dict[str, Any]) -> list[Metric]:
     names = {"epmq": "EPM-Q", "outcome": "EPM-Q outcome", "efficiency": "EPM-Q efficiency", "stability": "EPM-Q stability"}
     for key in ("epmq", "outcome", "efficiency", "stability", *EPMQ_KEYS[:9]):
         metrics.append(Metric(names.get(key, key), epmq.get(key)))
+    metrics.extend(_hacking_metrics(s.get("hacking") or {}))
     for axis, block in s["success_by_axis"].items():
         metrics.append(Metric(f"success rate, dominant axis {axis} (%)", 100.0 * block["rate"]))
     alignment = s["alignment"]
@@ -73,6 +74,17 @@ def _eval_metrics(data: dict[str, Any]) -> list[Metric]:
         metrics.append(Metric(f"outcome: {outcome}", count, higher_is_better=outcome == "success"))
     metrics.append(Metric("fallbacks", s["fallback_total"], higher_is_better=False))
     return metrics
+
+
+def _hacking_metrics(hacking: dict[str, float]) -> list[Metric]:
+    """The reward-hacking monitor's rows, beside EPM-Q so a score won by echoing shows;
+    every row even when absent (an eval.json older than the monitor shows "–")."""
+    rows = []
+    for key, label in HACKING_LABELS.items():
+        better = key in HACKING_HIGHER_IS_BETTER
+        rows.append(Metric(f"reward hacking: {label} ({'higher' if better else 'lower'} is better)",
+                           hacking.get(key), higher_is_better=better))
+    return rows
 
 
 def _emobench_metrics(data: dict[str, Any]) -> list[Metric]:

@@ -9,7 +9,8 @@ environment chose to put in its step info:
 - mean alignment of v_t to v*_0 and to the current deficit -P_{t-1}, overall and per
   axis (each axis's share of the cosine; the shares sum to the cosine);
 - the distance curve D_0..D_T and the need vector P_t per turn;
-- fallback counts (turns where an LLM role could not produce a valid output).
+- fallback counts (turns where an LLM role could not produce a valid output);
+- over all replies of the evaluation, the reward-hacking monitor (`mapo.degeneracy`).
 """
 
 from __future__ import annotations
@@ -20,12 +21,22 @@ from typing import Any
 
 import numpy as np
 
+from mapo.degeneracy import dialogue_hacking_metrics
 from mapo.envs.dynamics import EPMQ_INDICES, DynamicsConfig, NeedState, epmq
 from mapo.types import AXES, Scenario, Trajectory
 
 OUTCOMES = ("success", "failure", "timeout", "other")
 EPMQ_KEYS = (*EPMQ_INDICES, "outcome", "efficiency", "stability", "epmq")
 _TIMEOUT_REASONS = ("timeout", "max_turns")
+# The reward-hacking monitor's keys (`mapo.degeneracy.hacking_metrics`) as people read them.
+HACKING_LABELS = {
+    "hack_distinct2": "distinct-2",
+    "hack_repetition": "repetition",
+    "hack_echo": "echo",
+    "hack_role_swap": "role swap",
+    "hack_fragment": "fragment",
+}
+HACKING_HIGHER_IS_BETTER = frozenset({"hack_distinct2"})  # varied wording; the others are failures
 
 
 def outcome_of(done_reason: str | None) -> str:
@@ -120,9 +131,15 @@ def dialogue_metrics(trajectory: Trajectory, scenario: Scenario | None = None) -
     }
 
 
-def aggregate(dialogues: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def hacking_line(metrics: Mapping[str, float]) -> str:
+    """The monitor as one line ("distinct-2 0.812  repetition 0.010 ..."); "n/a" without replies."""
+    return "  ".join(f"{label} {metrics[key]:.3f}" for key, label in HACKING_LABELS.items() if key in metrics) or "n/a"
+
+
+def aggregate(dialogues: Sequence[dict[str, Any]], transcripts: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """Pass count and rate, outcome and reason counts, mean EPM-Q (and its parts), success
-    rate per dominant axis, mean alignment per axis, fallback totals."""
+    rate per dominant axis, mean alignment per axis, fallback totals, and the reward-hacking
+    monitor over the replies of `transcripts` (`transcript_record`s; empty without them)."""
     if not dialogues:
         raise ValueError("no dialogues to aggregate")
     n = len(dialogues)
@@ -158,6 +175,7 @@ def aggregate(dialogues: Sequence[dict[str, Any]]) -> dict[str, Any]:
         },
         "fallbacks": dict(sorted(fallbacks.items())),
         "fallback_total": sum(fallbacks.values()),
+        "hacking": dialogue_hacking_metrics([(t["user"], t["response"]) for t in r["turns"]] for r in transcripts),
     }
 
 

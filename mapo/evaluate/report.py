@@ -3,11 +3,11 @@
 Reads `<run>/metrics.jsonl` (one object per step, as `mapo.trainer` logs it) and
 plots whatever of the known keys exist: reward and return, success rate and how
 dialogues ended, the pre-clip gradient norm, advantage components (turn, batch,
-mixed, ...), response length, KL, entropy, clip fraction, loss, dialogue length,
-throughput. Missing keys are listed, never an error; a cut-off last line (a killed
-run) is skipped. Plots are PNGs (matplotlib, Agg) embedded as base64; the page
-links the run's transcripts (raw JSONL and an HTML viewer of the first and last
-logged steps), config, checkpoints and any eval results inside the run folder.
+mixed, ...), the reward-hacking monitor, response length, KL, entropy, clip fraction,
+loss, dialogue length, throughput. Missing keys are listed, never an error; a cut-off
+last line (a killed run) is skipped. Plots are PNGs (matplotlib, Agg) embedded as
+base64; the page links the run's transcripts (raw JSONL and an HTML viewer of the first
+and last logged steps), config, checkpoints and any eval results inside the run folder.
 """
 
 from __future__ import annotations
@@ -54,6 +54,10 @@ PANELS = (
             for title, stat in (("mean", "mean"), ("std", "std"), ("mean |A|", "abs_mean"))
         ),
     ),
+    # The judge's own degeneracy detectors (mapo.degeneracy): rising echo or fragments under a
+    # rising reward means the policy is learning the judge, not the user.
+    Panel("Reward-hacking monitor", ("hack_echo", "hack_repetition", "hack_role_swap", "hack_fragment"),
+          ("hack_distinct2",), "rate (lower is better)", "distinct-2 (higher is better)"),
     Panel("Response length", ("response_length_mean",), ("truncated_fraction",), "tokens", "truncated fraction"),
     Panel("KL divergence", ("kl", "kl_old"), ylabel="per token"),
     Panel("Entropy", ("entropy",), ylabel="nats per token"),

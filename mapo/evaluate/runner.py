@@ -4,8 +4,9 @@ The rollout is `mapo.rollout.rollout` (the trainer's own), with evaluation setti
 up to 45 turns, the environment's EMPA success and failure rules, the configured
 temperature, `samples` dialogues per scenario. Scenarios go in batches of
 `scenarios_per_batch` (x samples dialogues per generate call) with a progress bar.
-Writes `eval.json` (config, aggregate, per-scenario results), `transcripts.jsonl`
-and `transcripts.html` (the viewer, with the need vector per turn).
+Writes `eval.json` (config, aggregate with the reward-hacking monitor, per-scenario
+results), `transcripts.jsonl` and `transcripts.html` (the viewer, with the need vector
+per turn).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mapo.evaluate.bench import write_jsonl
-from mapo.evaluate.empa import aggregate, dialogue_metrics, per_scenario, transcript_record
+from mapo.evaluate.empa import aggregate, dialogue_metrics, hacking_line, per_scenario, transcript_record
 from mapo.rollout import DEFAULT_SYSTEM_PROMPT, RolloutSpec
 
 
@@ -126,7 +127,7 @@ def run_eval(policy: Any, spec: EvalSpec, out_dir: str | Path, policy_label: str
                     metrics = dialogue_metrics(trajectory, by_id[trajectory.scenario_id])
                     dialogues.append(metrics)
                     transcripts.append(transcript_record(trajectory, metrics))
-    summary = aggregate(dialogues)
+    summary = aggregate(dialogues, transcripts)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     config = {"policy": policy_label, **asdict(spec), "env_options": env_spec.options,
@@ -142,6 +143,7 @@ def run_eval(policy: Any, spec: EvalSpec, out_dir: str | Path, policy_label: str
         "alignment to v*_0": summary["alignment"]["target"],
         "alignment to deficit": summary["alignment"]["deficit"],
         "fallbacks": summary["fallback_total"],
+        "reward hacking": hacking_line(summary["hacking"]),
     }
     (out / "transcripts.html").write_text(
         render_transcripts(transcripts, f"mapo eval: {policy_label or out.name}", headline), encoding="utf-8"
