@@ -638,7 +638,7 @@ def env_try(
 
 @env_app.command("calibrate")
 def env_calibrate(
-    split: Annotated[str, typer.Option(help="Exemplars to score: heldout, calibration or all.")] = "heldout",
+    split: Annotated[str, typer.Option(help="Exemplars to score: heldout, calibration, adversarial, blind or all.")] = "heldout",
     exemplars: Annotated[Optional[Path], typer.Option(help="Folder of exemplar .yaml files (default: bundled).")] = None,
     output: OutOpt = None,
 ) -> None:
@@ -648,7 +648,7 @@ def env_calibrate(
     from rich.console import Console
 
     from mapo.envs.empathy.calibrate import evaluate, load_exemplars
-    from mapo.envs.empathy.console import calibration_table
+    from mapo.envs.empathy.console import calibration_table, family_table
     from mapo.envs.empathy.judge import OfflineJudge
     from mapo.run_folder import new_run_dir
 
@@ -657,7 +657,10 @@ def env_calibrate(
         result = evaluate(OfflineJudge(), items)
     except ValueError as err:
         raise _fail(err) from None
-    Console().print(calibration_table(result, f"Offline judge on {split} exemplars ({result['items']} replies, {result['contexts']} contexts)"))
+    console = Console()
+    console.print(calibration_table(result, f"Offline judge on {split} exemplars ({result['items']} replies, {result['contexts']} contexts)"))
+    if result["families"]:
+        console.print(family_table(result))
     out = Path(output) if output else new_run_dir("runs", "calibrate")
     out.mkdir(parents=True, exist_ok=True)
     (out / "calibration.json").write_text(json.dumps({"split": split, **result}, indent=2, ensure_ascii=False), encoding="utf-8")

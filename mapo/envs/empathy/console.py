@@ -110,3 +110,15 @@ def calibration_table(result: dict[str, Any], title: str) -> Table:
     accuracy = "n/a" if ranking["accuracy"] is None else f"{ranking['accuracy']:.3f}"
     table.add_row("ranking", accuracy, f"{ranking['correct']}/{ranking['pairs']} pairs")
     return table
+
+
+def family_table(result: dict[str, Any]) -> Table:
+    """Per failure family of `calibrate.evaluate`: how the judge treats the degenerate replies."""
+    table = Table(title="Degenerate replies by failure family")
+    for name, justify in (("family", "left"), ("replies", "right"), ("no progress", "right"),
+                          ("negative level", "right"), ("good reply ranked above", "right")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for family, m in result["families"].items():
+        above = "n/a" if m["good_ranked_above"] is None else f"{m['good_ranked_above']:.0%}"
+        table.add_row(family, str(m["replies"]), f"{m['no_progress']:.0%}", f"{m['negative_level']:.0%}", above)
+    return table
