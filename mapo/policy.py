@@ -86,7 +86,7 @@ class PolicySpec:
     gguf_file: str | None = None
     dtype: str = "auto"  # auto: bfloat16 on a GPU, float32 on a CPU; or float32 | bfloat16
     device: str = "auto"  # auto (CUDA when present) | cpu | cuda | cuda:N
-    tokenizer: str | None = None  # a tokenizer folder for a random:<shape> model (default: SmolLM2's)
+    tokenizer: str | None = None  # a tokenizer folder for a tiny or random:<shape> model (default: SmolLM2's)
     chat_template: str | None = None  # a Jinja file, or `chatml`, replacing the tokenizer's template
     lora: LoraSpec = field(default_factory=LoraSpec)
     gradient_checkpointing: bool = False
@@ -272,7 +272,7 @@ def load_tokenizer(spec: PolicySpec) -> Any:
     kind, path = resolve_source(spec)
     if kind == "folder":
         return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-    if kind == "random" and spec.tokenizer:
+    if kind in (TINY, "random") and spec.tokenizer:
         return AutoTokenizer.from_pretrained(str(Path(spec.tokenizer).expanduser()), local_files_only=True)
     gguf_path = path if kind == "gguf" else embedded_gguf_path()
     return AutoTokenizer.from_pretrained(str(gguf_tokenizer_folder(gguf_path)), local_files_only=True)

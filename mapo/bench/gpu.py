@@ -25,13 +25,53 @@ from typing import Any
 import numpy as np
 import torch
 
-from mapo.bench.mfu import counted_flops, model_parameters, synthetic_sequences
+from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
+
+from mapo.bench.mfu import model_parameters, synthetic_sequences
 from mapo.config import TrainConfig
 from mapo.device import resolve_device, resolve_dtype
 from mapo.policy import Policy
 
 SHAPES = ("smollm2-135m", "qwen2.5-1.5b")
 PROMPT = "I lost my job last week and I keep telling myself it does not matter, but I cannot sleep."
+
+
+_aten = torch.ops.aten
+# the position of `is_causal` in each CUDA attention kernel's arguments (forward, then backward)
+_CAUSAL_ARGUMENT = {
+    _aten._scaled_dot_product_flash_attention: 4,
+    _aten._scaled_dot_product_efficient_attention: 6,
+    _aten._scaled_dot_product_cudnn_attention: 6,
+    _aten._scaled_dot_product_flash_attention_backward: 11,
+    _aten._scaled_dot_product_efficient_attention_backward: 11,
+    _aten._scaled_dot_product_cudnn_attention_backward: 14,
+}
+
+
+def _attention_flops(op: Any) -> Callable[..., int]:
+    """A FLOP formula for a CUDA attention kernel that, unlike torch's own, accepts grouped-query
+    heads (keys/values shared by several query heads) and halves a causal kernel's count (it
+    skips the masked upper triangle)."""
+    index, backward = _CAUSAL_ARGUMENT[op], str(op).endswith("_backward")
+
+    def formula(*args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+        causal = bool(kwargs.get("is_causal", args[index] if len(args) > index else False))
+        grad, (q, k, v) = (args[0], args[1:4]) if backward else (None, args[:3])
+        k, v = (*k[:1], q[1], *k[2:]), (*v[:1], q[1], *v[2:])  # the work done per query head
+        flops = sdpa_backward_flop_count(grad, q, k, v) if backward else sdpa_flop_count(q, k, v)
+        return flops // 2 if causal else flops
+
+    return formula
+
+
+ATTENTION_FLOPS = {op: _attention_flops(op) for op in _CAUSAL_ARGUMENT}
+
+
+def counted_flops(step: Callable[[], Any]) -> int:
+    """FLOPs `step()` performs (matmuls and attention, forward and backward)."""
+    with FlopCounterMode(display=False, custom_mapping=ATTENTION_FLOPS) as counter:
+        step()
+    return int(counter.get_total_flops())
 
 
 def synchronize(device: torch.device) -> None:
@@ -88,7 +128,7 @@ def update_speed(policy: Policy, config: TrainConfig, sequences: int, length: in
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=config.optim.lr)
     optim = dataclasses.replace(config.optim, ppo_epochs=1, minibatches=1)
     step = functools.partial(update, policy, optimizer, seqs, optim, config.loss)
-    flops, _ = counted_flops(step)  # also the warm-up pass
+    flops = counted_flops(step)  # also the warm-up pass
     seconds, _ = timed(step, policy.device, repeats)
     tokens = sequences * length
     return {"update_tokens_per_s": tokens / seconds, "update_seconds": seconds, "model_gflops": flops / seconds / 1e9}
