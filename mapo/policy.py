@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from mapo.chat_template import check_template, fold, load_template
+from mapo.chat_template import check_template, end_of_turn_id, fold, load_template
 from mapo.device import attention_implementation, model_device, resolve_device, resolve_dtype
 from mapo.generation import neutralise_generation_config
 
@@ -363,7 +363,7 @@ class Policy:
         self.lora = lora
         self.device = model_device(model)
         self.fold_system = False
-        self.end_of_turn_id = int(tokenizer.eos_token_id)
+        self.end_of_turn_id = end_of_turn_id(tokenizer)  # the check below builds prompts with it
         self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
         self._reference: torch.nn.Module | None = None
         checked = check_template(tokenizer, name, self._incremental_prompts)
