@@ -40,3 +40,23 @@ def test_an_unknown_dtype_is_refused():
     with pytest.raises(ValueError, match="policy.dtype"):
         resolve_dtype("float8", torch.device("cpu"))
 
+
+
+def test_a_static_cache_rollout_records_the_training_forwards_logprobs():
+    from tiny_policy import ToyEnvironment, tiny_policy, toy_scenarios
+
+    from mapo.losses import collate, packed_sequence
+    from mapo.rollout import RolloutSpec, rollout
+
+    policy = tiny_policy(lora=True)
+    policy.static_cache = True
+    torch.manual_seed(0)
+    spec = RolloutSpec(samples_per_scenario=2, scenarios_per_step=2, max_turns=3, max_new_tokens=6, system_prompt="Be kind.")
+    groups = rollout(policy, toy_scenarios(2), lambda: ToyEnvironment(end_early=False), spec, seed=1)
+    for trajectory in (t for g in groups for t in g.trajectories):
+        assert len(trajectory.turns) == 3
+        batch = collate([packed_sequence(trajectory, [1.0] * 3)], policy.pad_id)
+        with torch.no_grad():
+            logp, _ = policy.token_logprobs(batch.input_ids, batch.attention_mask, batch.trained, spec.temperature)
+        positions = torch.nonzero(batch.trained.any(0)).squeeze(-1)
+        assert torch.allclose(logp[0], batch.old_logprobs[0, positions], atol=1e-4)
