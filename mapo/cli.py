@@ -315,6 +315,38 @@ def bench_mfu_command(
     _suite_bench("mfu", config, set_, output, sequences=sequences, length=length, repeats=repeats)
 
 
+@bench_app.command("gpu")
+def bench_gpu_command(
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    shape: Annotated[Optional[list[str]], typer.Option(help="Model shape (mapo/data/shapes or a config.json; repeatable).")] = None,
+    contexts: Annotated[int, typer.Option(help="Prompts sampled together in the batched rollout.")] = 16,
+    new_tokens: Annotated[int, typer.Option(help="Tokens generated per prompt.")] = 64,
+    sequences: Annotated[int, typer.Option(help="Packed sequences per update.")] = 8,
+    length: Annotated[int, typer.Option(help="Tokens per sequence.")] = 1024,
+    repeats: Annotated[int, typer.Option(help="Timed repetitions (the fastest counts).")] = 3,
+    output: BenchOutOpt = None,
+) -> None:
+    """Random-init SmolLM2-135M and Qwen2.5-1.5B shapes on the policy's device: rollout and update tokens/s, MFU, peak memory."""
+    from rich.console import Console
+
+    from mapo.bench import ratio_table, write_results
+    from mapo.bench.gpu import COLUMNS, SHAPES, bench_gpu, markdown
+    from mapo.run_folder import new_run_dir
+
+    settings = _train_config(config, set_)
+    try:
+        results = bench_gpu(settings, tuple(shape or SHAPES), contexts=contexts, new_tokens=new_tokens,
+                            sequences=sequences, length=length, repeats=repeats)
+    except (ValueError, FileNotFoundError) as err:
+        raise _fail(err) from None
+    folder = Path(output or new_run_dir(settings.output_dir, "bench-gpu"))
+    path = write_results(folder, "bench_gpu", results)
+    (folder / "gpu.md").write_text(markdown(results), encoding="utf-8")
+    Console().print(ratio_table(f"mapo bench gpu ({results['device']})", results, COLUMNS))
+    typer.echo(f"Results: {path}")
+
+
 @bench_app.command("memory")
 def bench_memory_command(
     config: ConfigOpt = None,

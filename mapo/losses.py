@@ -12,6 +12,7 @@ summed give exactly the token-mean; plus beta * KL (k3 estimator) to the referen
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -111,6 +112,10 @@ class Batch:
     advantages: torch.Tensor
     old_logprobs: torch.Tensor
 
+    def to(self, device: torch.device) -> Batch:
+        """The same batch on `device` (itself when already there)."""
+        return Batch(*(getattr(self, f.name).to(device) for f in dataclasses.fields(self)))
+
 
 def collate(sequences: Sequence[TrainSequence], pad_id: int) -> Batch:
     width = max(len(s.input_ids) for s in sequences)
@@ -174,6 +179,7 @@ def policy_loss(
     """
     if total_tokens <= 0:
         raise ValueError(f"total_tokens must be > 0, got {total_tokens}")
+    batch = batch.to(policy.device)
     logp, entropy = policy.token_logprobs(
         batch.input_ids, batch.attention_mask, batch.trained, temperature=temperature, with_entropy=True
     )

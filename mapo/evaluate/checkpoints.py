@@ -58,7 +58,8 @@ def resolve_model(model: str) -> tuple[Any, Path | None, str, int]:
     assert run is not None
     weights = trained_weights(path, run)
     label = f"{run.name}/{weights.relative_to(run).as_posix()}"
-    return replace(config.policy, gradient_checkpointing=False), weights, label, config.seed
+    # device auto: a run trained on a GPU is evaluated wherever this command runs
+    return replace(config.policy, gradient_checkpointing=False, device="auto"), weights, label, config.seed
 
 
 def load_eval_policy(model: str, gguf_file: str | None = None, dtype: str | None = None) -> tuple[Any, str]:

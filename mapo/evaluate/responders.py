@@ -62,7 +62,9 @@ class PolicyResponder:
             pad_token_id=policy.pad_id,
         )
         with torch.no_grad():
-            out = policy.model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config)
+            out = policy.model.generate(
+                input_ids=input_ids.to(policy.device), attention_mask=attention.to(policy.device), generation_config=config
+            )
         return [row[width:].tolist() for row in out]
 
 

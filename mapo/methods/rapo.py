@@ -205,8 +205,9 @@ def distill_target(policy: Policy, trajectory: Trajectory, k: int) -> DistillTar
 
 def reply_logprobs(model: torch.nn.Module, ids: Sequence[int], length: int, temperature: float = 1.0) -> torch.Tensor:
     """log p(. | ids[:j]) over the vocabulary at each of the last `length` positions j: [length, V]."""
-    input_ids = torch.tensor([list(ids)], dtype=torch.long)
-    positions = torch.arange(len(ids) - length, len(ids))
+    device = next(model.parameters()).device
+    input_ids = torch.tensor([list(ids)], dtype=torch.long, device=device)
+    positions = torch.arange(len(ids) - length, len(ids), device=device)
     logits = model(input_ids=input_ids, logits_to_keep=positions - 1, use_cache=False).logits[0].float()
     return torch.log_softmax(logits / temperature, dim=-1)
 
