@@ -13,8 +13,8 @@ judge refuses to pay for is exactly what the monitor reports:
 
 Each detector returns its evidence (a short quote) or None:
 
-- `loop`: a word 5-gram with a content word said twice, such a 3-gram three times, a
-  sentence said twice, or a word three times in a row.
+- `loop`: a word 5-gram with a content word said twice, any 4-gram or such a 3-gram
+  three times, a sentence said twice, or a word three times in a row.
 - `fragment`: the reply stops mid-sentence (no final . ! ?), or trails off ("...").
 - `role_swap`: the assistant talks about its own life ("my wife", "our band", "I lost my job",
   "me too") or retells the user's message in the first person.
@@ -142,6 +142,9 @@ def loop(reply: str) -> str | None:
             return f"'{a}' three times in a row"
     for gram, count in Counter(word_ngrams(tokens, 5)).items():
         if count >= 2 and any(w not in STOPWORDS for w in gram):
+            return f"'{' '.join(gram)}' said {count} times"
+    for gram, count in Counter(word_ngrams(tokens, 4)).items():
+        if count >= 3:  # "it's okay to not know" three times: stopwords only, still a loop
             return f"'{' '.join(gram)}' said {count} times"
     for gram, count in Counter(word_ngrams(tokens, 3)).items():
         if count >= 3 and any(w not in STOPWORDS for w in gram):

@@ -47,6 +47,7 @@ def test_loop_finds_repeated_phrases_not_a_careful_reflection():
     assert loop("I hear how much this hurts you. I hear how much this hurts you, truly.")
     assert loop("That sounds hard. That sounds hard.")
     assert loop("sad sad sad")
+    assert loop("It's okay to not know, it's okay to not know. It's okay to not know what it's like.")
     assert loop("One year you were told you were too quiet, the next that you were too direct.") is None
 
 
