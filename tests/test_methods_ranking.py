@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from scripted_client import ScriptedClient
 from tiny_policy import ToyEnvironment, tiny_policy, toy_scenarios
 
 from mapo.methods.branching import branching_rollout
@@ -29,18 +30,6 @@ def test_offline_ranker_orders_by_the_judges_reward():
     assert ranking.items[0].score == pytest.approx(0.5)
     assert ranking.items[1].score == pytest.approx(1 / (1 + math.exp(-2.0)))
     assert "badly set back the user's feelings" in ranking.items[2].critique and not ranking.fallback
-
-
-class ScriptedClient:
-    """A chat client answering from a fixed list (the ranker's parsing is what is under test)."""
-
-    def __init__(self, replies: list[str]) -> None:
-        self.replies = list(replies)
-        self.seen: list[list[dict]] = []
-
-    def chat(self, messages, **overrides):
-        self.seen.append([dict(m) for m in messages])
-        return self.replies.pop(0)
 
 
 GOOD = (

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from scripted_client import ScriptedClient
 from tiny_policy import ToyEnvironment, tiny_policy, toy_scenarios
 
 from mapo.config import ConfigError, load_config
@@ -172,23 +173,13 @@ def test_llm_hindsight_asks_the_local_test_server_which_turns_to_learn_from():
     assert metrics == {"hindsight_fallbacks": 0.0, "hindsight_kept_fraction": sum(flat) / 4}
 
 
-class _Scripted:
-    def __init__(self, replies: list[str]) -> None:
-        self.replies = list(replies)
-        self.seen: list[list[dict]] = []
-
-    def chat(self, messages, **overrides):
-        self.seen.append([dict(m) for m in messages])
-        return self.replies.pop(0)
-
-
 def test_llm_hindsight_repairs_a_wrong_count_and_falls_back_to_keeping_the_dialogue():
     from mapo.methods.hindsight_llm import LLMHindsight
 
     group = _dialogue_group()
     one_entry = '{"turns": [{"turn": 1, "worth_learning": true}]}'
     both = '{"turns": [{"turn": 2, "worth_learning": true}, {"turn": 1, "worth_learning": false}]}'
-    client = _Scripted([one_entry, both, "no json", "still none"])
+    client = ScriptedClient([one_entry, both, "no json", "still none"])
     hindsight = LLMHindsight(client, workers=1)
     pivotal, metrics = hindsight.pivotal([group])
     assert pivotal == [[[False, True], [True, True]]] and metrics == {"hindsight_fallbacks": 1.0}
