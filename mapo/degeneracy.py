@@ -36,8 +36,6 @@ from dataclasses import dataclass
 
 from mapo.envs.empathy.text import STOPWORDS, content_stems, sentences, stem, words
 
-FAMILIES = ("loop", "fragment", "role_swap", "invented", "keyword_stuffing", "word_salad")
-
 ECHO_N = 4  # echo: share of the reply's word 4-grams found in the user's messages
 MIN_FUNCTION_SHARE = 0.2  # below this share of stopwords over >= 6 words, no real sentences
 SALAD_REPEATED_SHARE = 0.5  # share of a reply's content words whose stem it says more than once
