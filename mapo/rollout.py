@@ -210,7 +210,7 @@ def rollout(
             )
             ids.extend(sample.ids)
             d.cache = sample.cache
-            if sample.ids[-1:] != [policy.end_of_turn_id]:
+            if not text_only and sample.ids[-1:] != [policy.end_of_turn_id]:
                 # cut by the cap or ended by the sentence limit: close the turn as the template
                 # would; this id is context, not trained
                 ids.append(policy.end_of_turn_id)

@@ -145,3 +145,18 @@ def test_bench_rollout_command_writes_the_ratio(tmp_path):
     data = json.loads((tmp_path / "bench_rollout.json").read_text())
     assert data["modes"]["batched"]["trajectories"] == data["modes"]["sequential"]["trajectories"] == 4
     assert data["ratios"]["tokens_per_s_generate"] > 0 and "ratio tokens_per_s_generate" in result.output
+
+
+class FixedReplies:
+    """A text-only policy (the ChatPolicy protocol of an OpenAI-compatible endpoint): replies, no ids."""
+
+    def chat_replies(self, conversations, max_new_tokens, temperature, top_p):
+        return [f"Reply number {len(c)}." for c in conversations]
+
+
+def test_text_only_policies_roll_out_without_token_ids():
+    spec = RolloutSpec(scenarios_per_step=2, samples_per_scenario=2, max_turns=3, env_workers=1)
+    groups = rollout(FixedReplies(), toy_scenarios(2), lambda: ToyEnvironment(end_early=False), spec, seed=0)
+    trajectories = [t for g in groups for t in g.trajectories]
+    assert all(len(t.turns) == 3 and t.token_ids == [] for t in trajectories)
+    assert all(turn.response.startswith("Reply number") and not turn.response_ids for t in trajectories for turn in t.turns)
