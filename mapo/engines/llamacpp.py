@@ -1,0 +1,319 @@
+"""The `llamacpp` engine: llama.cpp samples the rollouts, in a worker process of its own.
+
+- Weights: the base model is the policy's GGUF file as shipped (the embedded SmolLM2
+  Q4_1) or, for a policy without one, a GGUF written from its torch weights. After
+  every optimizer step `sync` writes the trained LoRA adapter as a GGUF adapter and the
+  worker swaps it in (`sync: adapter`), or writes the whole merged model re-quantised
+  like the source and the worker reloads it (`sync: merged`, also the way for full
+  fine-tuning). Each sync carries the trainer's step as the weights' version; a sample
+  request names the version it expects and the worker refuses any other.
+- Sampling: mapo.engines.llamacpp_worker (many sequences per decode call, each
+  dialogue's earlier turns kept in its KV-cache slot).
+- Faults: a worker that dies (or stops answering for `timeout_s`) during a request is
+  restarted once, reloaded with the current weights, and the request repeated; if it
+  dies again the engine stops with an EngineError naming its log file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import mapo
+from mapo.engines.base import EngineError, StaleWeightsError, SyncStats, require_version
+from mapo.engines.gguf_export import check_architecture, source_tensor_types, write_lora_adapter, write_model
+from mapo.engines.llamacpp_worker import HEADER, write_frame
+from mapo.policy import KVCache, Policy, Sample
+
+log = logging.getLogger("mapo.engines.llamacpp")
+SYNC_MODES = ("adapter", "merged")
+
+
+@dataclass
+class LlamaCppSpec:
+    """The llama.cpp engine's knobs (the `rollout.llamacpp` config section)."""
+
+    threads: int | None = None  # None: as many as torch uses (the idle cores, mapo.policy.configure_threads)
+    sync: str = "adapter"  # adapter: LoRA as a GGUF adapter | merged: whole model re-quantised, reloaded
+    base_type: str = "F16"  # tensor type of a base written from torch weights (a policy with no GGUF file)
+    batch_tokens: int = 512  # ids per llama_decode call while prefilling
+    timeout_s: float = 900.0  # a request unanswered this long counts as a dead worker
+
+    def __post_init__(self) -> None:
+        if self.sync not in SYNC_MODES:
+            raise ValueError(f"rollout.llamacpp.sync must be one of {', '.join(SYNC_MODES)}, got {self.sync!r}")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"rollout.llamacpp.threads must be at least 1 or null, got {self.threads}")
+        if self.batch_tokens < 1 or not self.timeout_s > 0:
+            raise ValueError("rollout.llamacpp.batch_tokens must be >= 1 and timeout_s > 0")
+
+
+def missing_requirement() -> str | None:
+    """Why the engine cannot run here (a message), or None when it can."""
+    import importlib.util
+
+    if importlib.util.find_spec("llama_cpp") is None:
+        return "llama-cpp-python is not installed (pip install 'mapo-rl[llamacpp]')"
+    return None
+
+
+class _WorkerDied(Exception):
+    """The worker exited or stopped answering; the message says how."""
+
+
+class LlamaCppEngine:
+    name = "llamacpp"
+
+    def __init__(
+        self,
+        policy: Policy,
+        slots: int,
+        context_per_slot: int,
+        spec: LlamaCppSpec | None = None,
+        base_gguf: Path | None = None,
+        workdir: Path | None = None,
+    ) -> None:
+        """`base_gguf`: the GGUF file the policy's base weights came from (None: write one from torch).
+
+        `slots` sequences of up to `context_per_slot` ids each decode together.
+        """
+        problem = missing_requirement()
+        if problem:
+            raise EngineError(problem)
+        self.spec = spec or LlamaCppSpec()
+        self.policy = policy
+        self.config = check_architecture(policy.model)
+        if self.spec.sync == "adapter" and not policy.lora:
+            raise EngineError("rollout.llamacpp.sync=adapter needs a LoRA policy; full fine-tuning syncs with sync=merged")
+        self.slots, self.context_per_slot = slots, context_per_slot
+        self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="mapo-llamacpp-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.workdir / "llamacpp.log"
+        policy.tokenizer.save_pretrained(str(self.workdir / "tokenizer"))
+        self.base_gguf = Path(base_gguf) if base_gguf else self._write_base()
+        self.tensor_types = source_tensor_types(self.base_gguf) if base_gguf else {}
+        self.version = -1
+        self._required: int | None = None
+        self._weights: dict[str, Any] | None = None  # the last weights loaded, replayed after a restart
+        self.restarts = 0
+        self.stats: Counter[str] = Counter()
+        self.process: subprocess.Popen[bytes] | None = None
+        self._start()
+
+    # ---- the worker process
+
+    def _write_base(self) -> Path:
+        path = self.workdir / "base.gguf"
+        write_model(self.policy.model, self.policy.tokenizer, path, default_type=self.spec.base_type, merge_lora=False)
+        return path
+
+    def _start(self) -> None:
+        package_root = str(Path(mapo.__file__).resolve().parents[1])
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+        with open(self.log_path, "ab") as log_out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "mapo.engines.llamacpp_worker"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log_out,
+                env=env,
+            )
+        threads = self.spec.threads or torch.get_num_threads()
+        check_ids = sorted({*self.policy.tokenizer.all_special_ids, *range(0, len(self.policy.tokenizer), 997)})
+        reply = self._exchange(
+            {
+                "op": "load",
+                "args": {
+                    "model": str(self.base_gguf),
+                    "slots": self.slots,
+                    "context_per_slot": self.context_per_slot,
+                    "threads": threads,
+                    "batch": self.spec.batch_tokens,
+                    "tokenizer": str(self.workdir / "tokenizer" / "tokenizer.json"),
+                },
+                "check_ids": check_ids,
+            }
+        )
+        expected = self.policy.tokenizer.convert_ids_to_tokens(check_ids)
+        wrong = [(i, a, b) for i, a, b in zip(check_ids, reply["vocabulary"], expected) if a != b]
+        if reply["n_vocab"] < len(self.policy.tokenizer) or wrong:
+            self.close()
+            raise EngineError(
+                f"the llamacpp engine's model {self.base_gguf} does not share the policy's vocabulary "
+                f"({reply['n_vocab']} vs {len(self.policy.tokenizer)} tokens; first differing id: {wrong[:1]})"
+            )
+
+    def _read(self, size: int, deadline: float) -> bytes:
+        assert self.process is not None and self.process.stdout is not None
+        fd = self.process.stdout.fileno()
+        chunks, left = [], size
+        while left:
+            wait = deadline - time.monotonic()
+            if wait <= 0 or not select.select([fd], [], [], wait)[0]:
+                raise _WorkerDied(f"no answer within {self.spec.timeout_s:.0f} s")
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                raise _WorkerDied(f"exit code {self.process.wait()}")
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+    def _exchange(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Send one request and wait for its reply; _WorkerDied when the process is gone or hangs."""
+        process = self.process
+        assert process is not None and process.stdin is not None
+        try:
+            write_frame(process.stdin, message)
+        except (BrokenPipeError, OSError):
+            raise _WorkerDied(f"exit code {process.wait()}") from None
+        deadline = time.monotonic() + self.spec.timeout_s
+        try:
+            (size,) = HEADER.unpack(self._read(HEADER.size, deadline))
+            reply = pickle.loads(self._read(size, deadline))
+        except _WorkerDied:
+            self._kill()
+            raise
+        if not reply.get("ok"):
+            error = reply.get("error", "no reason given")
+            kind = StaleWeightsError if reply.get("stale") else EngineError
+            raise kind(f"the llamacpp engine refused {message['op']!r}: {error} (log: {self.log_path})")
+        return reply
+
+    def _request(self, message: dict[str, Any]) -> dict[str, Any]:
+        """`_exchange` with one restart: a worker that dies is started again, reloaded, and asked again."""
+        try:
+            return self._exchange(message)
+        except _WorkerDied as first:
+            log.warning("the llamacpp engine's worker died (%s); restarting it once (log: %s)", first, self.log_path)
+            self.restarts += 1
+            try:
+                self._start()
+                if self._weights is not None:
+                    self._exchange(self._weights)
+                return self._exchange(message)
+            except _WorkerDied as second:
+                raise EngineError(
+                    f"the llamacpp engine's worker process died again after a restart ({second}); "
+                    f"its log is {self.log_path}"
+                ) from None
+
+    def _kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def close(self) -> None:
+        """Stop the worker (politely, then by force)."""
+        process = self.process
+        if process is None:
+            return
+        if process.poll() is None:
+            try:
+                write_frame(process.stdin, {"op": "close"})
+                process.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self._kill()
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                stream.close()
+        self.process = None
+
+    def __enter__(self) -> LlamaCppEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- weights
+
+    def sync(self, version: int) -> SyncStats:
+        """Bring the policy's current weights to the worker as `version`; EngineError if that fails."""
+        self.version = -1  # until the worker confirms, no version is served
+        started = time.perf_counter()
+        if self.spec.sync == "adapter":
+            path = write_lora_adapter(self.policy.model, self.workdir / f"adapter-{version}.gguf")
+            message = {"op": "adapter", "path": str(path), "version": version}
+        else:
+            path = write_model(
+                self.policy.model,
+                self.policy.tokenizer,
+                self.workdir / f"model-{version}.gguf",
+                tensor_types=self.tensor_types,
+                default_type=self.spec.base_type,
+            )
+            message = {"op": "model", "path": str(path), "version": version}
+        exported = time.perf_counter()
+        reply = self._request(message)
+        loaded = time.perf_counter()
+        previous, self._weights = self._weights, message
+        if previous is not None and previous["path"] != message["path"]:
+            Path(previous["path"]).unlink(missing_ok=True)
+        self.version = int(reply["version"])
+        return SyncStats(exported - started, loaded - exported, path.stat().st_size)
+
+    def check_version(self, version: int) -> None:
+        require_version(self.name, self.version, version)
+        self._required = version
+
+    # ---- sampling
+
+    def sample(
+        self,
+        contexts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        caches: Sequence[KVCache | None] | None = None,
+        keep_cache: bool = False,
+        max_sentences: int | None = None,
+    ) -> list[Sample]:
+        """`Policy.sample`'s contract, sampled by llama.cpp. `caches` and `keep_cache` are not
+        needed: the worker keeps each dialogue's prefix in its KV cache by itself.
+
+        The seed comes from torch's generator, so a seeded trainer samples reproducibly.
+        """
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0 for sampling, got {temperature}")
+        samples: list[Sample] = []
+        for start in range(0, len(contexts), self.slots):
+            chunk = [list(c) for c in contexts[start : start + self.slots]]
+            seed = int(torch.randint(0, 2**62, ()).item())
+            reply = self._request(
+                {
+                    "op": "sample",
+                    "contexts": chunk,
+                    "max_new_tokens": max_new_tokens,
+                    "temperature": temperature,
+                    "top_p": top_p,
+                    "max_sentences": max_sentences,
+                    "end_of_turn_id": self.policy.end_of_turn_id,
+                    "seed": seed,
+                    "version": self.version if self._required is None else self._required,
+                }
+            )
+            for key in ("prefill_tokens", "reused_tokens", "prefill_s", "decode_s"):
+                self.stats[key] += reply[key]
+            self.stats["generated_tokens"] += sum(len(ids) for ids in reply["ids"])
+            for ids, logprobs, ended in zip(reply["ids"], reply["logprobs"], reply["ended"]):
+                samples.append(Sample(ids, logprobs, truncated=not ended))
+        return samples
+
+    def cleanup(self) -> None:
+        """Close and delete the working folder (exported weights, tokenizer, log)."""
+        self.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)

@@ -1,0 +1,154 @@
+"""Rollout engines without llama.cpp: the importance-sampling correction, the `hf` engine,
+and the GGUF export read back by transformers' own GGUF loader."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from mapo.engines.base import StaleWeightsError
+from mapo.engines.gguf_export import ExportError, check_architecture, gguf_name, interleave_rotary_rows, write_model
+from mapo.engines.hf import HfEngine
+from mapo.engines.importance import mismatch_stats, truncated_importance_weights
+from tests.tiny_policy import tiny_policy
+
+# ---------------------------------------------------------------- truncated importance sampling
+
+
+def test_weights_are_one_when_behaviour_is_old():
+    logp = np.log(np.array([0.9, 0.05, 0.3, 1.0]))
+    assert np.array_equal(truncated_importance_weights(logp, logp.copy()), np.ones(4))
+    stats = mismatch_stats(logp, logp.copy())
+    assert (stats.weight_mean, stats.ratio_mean, stats.ratio_max) == (1.0, 1.0, 1.0)
+    assert stats.truncated_fraction == 0.0 and stats.kl_behaviour_old == 0.0 and stats.tokens == 4
+
+
+def test_weights_ratio_and_cap():
+    behaviour = np.log(np.array([0.4, 0.1, 0.5]))
+    old = np.log(np.array([0.2, 0.3, 0.5]))  # ratios 0.5, 3, 1
+    weights = truncated_importance_weights(old, behaviour, cap=2.0)
+    assert weights == pytest.approx([0.5, 2.0, 1.0])
+    stats = mismatch_stats(old, behaviour, cap=2.0)
+    assert stats.ratio_max == pytest.approx(3.0)
+    assert stats.ratio_mean == pytest.approx(4.5 / 3)
+    assert stats.weight_mean == pytest.approx(3.5 / 3)
+    assert stats.truncated_fraction == pytest.approx(1 / 3)
+    k3 = [r - 1 - math.log(r) for r in (0.5, 3.0, 1.0)]
+    assert stats.kl_behaviour_old == pytest.approx(sum(k3) / 3)
+    assert stats.as_metrics()["tis_truncated_fraction"] == pytest.approx(1 / 3)
+
+
+def test_huge_gap_stays_finite():
+    weights = truncated_importance_weights(np.array([-1e-3]), np.array([-900.0]), cap=2.0)
+    assert weights.tolist() == [2.0]
+    assert math.isfinite(mismatch_stats(np.array([-1e-3]), np.array([-900.0])).ratio_max)
+
+
+def test_kl_estimate_matches_the_exact_kl():
+    rng = np.random.default_rng(0)
+    b = np.array([0.5, 0.3, 0.15, 0.05])
+    p = np.array([0.4, 0.35, 0.2, 0.05])
+    draws = rng.choice(4, size=200_000, p=b)
+    stats = mismatch_stats(np.log(p[draws]), np.log(b[draws]), cap=10.0)
+    exact = float((b * np.log(b / p)).sum())
+    assert stats.kl_behaviour_old == pytest.approx(exact, rel=0.05)
+    assert stats.ratio_mean == pytest.approx(1.0, abs=0.01)  # E_b[p / b] = 1
+
+
+@pytest.mark.parametrize(
+    ("old", "behaviour", "cap", "message"),
+    [
+        ([-1.0, -2.0], [-1.0], 2.0, "differ in shape"),
+        ([-1.0, float("nan")], [-1.0, -1.0], 2.0, "old log-probs must be finite"),
+        ([-1.0, 0.5], [-1.0, -1.0], 2.0, "old log-probs must be finite and <= 0"),
+        ([-1.0], [-1.0], 0.5, "tis_cap must be a finite number >= 1"),
+    ],
+)
+def test_bad_inputs_are_named(old, behaviour, cap, message):
+    with pytest.raises(ValueError, match=message):
+        truncated_importance_weights(np.array(old), np.array(behaviour), cap=cap)
+
+
+def test_no_tokens_gives_zero_stats():
+    assert mismatch_stats(np.array([]), np.array([])).tokens == 0
+
+
+# ---------------------------------------------------------------- the hf engine
+
+
+def test_hf_engine_correction_is_the_identity():
+    """The hf engine is the trainer's model: its behaviour log-probs are pi_old, so w = 1."""
+    policy = tiny_policy()
+    engine = HfEngine(policy)
+    engine.sync(0)
+    engine.check_version(0)
+    torch.manual_seed(0)
+    contexts = [policy.first_prompt_ids("Be kind.", f"Hello number {k}.") for k in range(3)]
+    samples = engine.sample(contexts, max_new_tokens=12, temperature=0.7)
+    behaviour, old = [], []
+    for context, sample in zip(contexts, samples):
+        ids = torch.tensor([context + sample.ids])
+        targets = torch.zeros_like(ids, dtype=torch.bool)
+        targets[0, len(context) :] = True
+        logp, _ = policy.token_logprobs(ids, torch.ones_like(ids), targets, temperature=0.7)
+        old += logp[0].tolist()
+        behaviour += sample.logprobs
+    weights = truncated_importance_weights(np.array(old), np.array(behaviour))
+    assert len(weights) == sum(len(s.ids) for s in samples) > 0
+    assert np.allclose(weights, 1.0, atol=1e-4)
+    assert mismatch_stats(np.array(old), np.array(behaviour)).truncated_fraction == 0.0
+
+
+def test_hf_engine_version_check():
+    engine = HfEngine(tiny_policy())
+    engine.sync(3)
+    engine.check_version(3)
+    with pytest.raises(StaleWeightsError, match="serves weights of step 3, but the trainer is at step 4"):
+        engine.check_version(4)
+
+
+# ---------------------------------------------------------------- GGUF export (read back by transformers)
+
+
+def test_rotary_reorder_pairs_the_two_halves_of_each_head():
+    rows = np.arange(8).reshape(8, 1)  # 2 heads of 4 rows: halves (0,1 | 2,3) and (4,5 | 6,7)
+    assert interleave_rotary_rows(rows, heads=2).ravel().tolist() == [0, 2, 1, 3, 4, 6, 5, 7]
+
+
+def test_tensor_names():
+    assert gguf_name("model.layers.7.self_attn.k_proj.weight") == "blk.7.attn_k.weight"
+    assert gguf_name("model.embed_tokens.weight") == "token_embd.weight"
+    with pytest.raises(ExportError, match="no llama.cpp tensor"):
+        gguf_name("model.layers.0.self_attn.q_norm.weight")
+
+
+def test_merged_export_round_trips_through_transformers(tmp_path):
+    """A LoRA policy written as one merged F32 GGUF computes the same logits when transformers loads it."""
+    from transformers import AutoModelForCausalLM
+
+    policy = tiny_policy(lora=True)
+    with torch.no_grad():
+        for name, param in policy.model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0.0, 0.05)  # a trained-looking adapter, not the zero init
+    write_model(policy.model, policy.tokenizer, tmp_path / "merged.gguf")
+    loaded = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file="merged.gguf", dtype=torch.float32)
+    ids = torch.tensor([policy.first_prompt_ids("Be kind.", "I lost my keys again.")])
+    with torch.no_grad():
+        expected = policy.model(input_ids=ids).logits
+        got = loaded(input_ids=ids).logits
+        base = policy.model.get_base_model()
+        with policy.model.disable_adapter():
+            without_lora = base(input_ids=ids).logits
+    assert (expected - without_lora).abs().max() > 1e-3  # the adapter matters ...
+    assert torch.allclose(got, expected, atol=1e-4)  # ... and the file carries it
+
+
+def test_export_refuses_other_architectures():
+    policy = tiny_policy()
+    policy.model.config.model_type = "qwen2"
+    with pytest.raises(ExportError, match="'qwen2': use rollout.engine=hf"):
+        check_architecture(policy.model)
