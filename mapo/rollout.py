@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from mapo.engines.base import RolloutEngine
 from mapo.envs.base import Environment
 from mapo.policy import KVCache, Policy, Sample
 from mapo.types import Group, Scenario, Trajectory, Turn
@@ -130,6 +131,7 @@ def rollout(
     pool: ThreadPoolExecutor | None = None,
     timings: dict[str, float] | None = None,
     on_turn: Callable[[int, int, int], None] | None = None,
+    engine: RolloutEngine | None = None,
 ) -> list[Group]:
     """Sample `spec.samples_per_scenario` dialogues of every scenario, all turns batched.
 
@@ -139,7 +141,8 @@ def rollout(
     `timings`, if given, accumulates the seconds spent in "generate" and "env".
     A `ChatPolicy` (no `sample`) gets the dialogue as chat messages and leaves the
     turns' ids and log-probs empty. `on_turn(t, sampled, still_going)`, if given, is
-    called after every turn (progress bars).
+    called after every turn (progress bars). `engine`, if given, samples the replies
+    (mapo.engines: token ids in, ids and log-probs out); the policy still renders the prompts.
     """
     text_only = hasattr(policy, "chat_replies") and not isinstance(policy, Policy)
     timings = {} if timings is None else timings
@@ -186,7 +189,7 @@ def rollout(
             )
             samples = [Sample([], [], truncated=False) for _ in active]
         else:
-            samples = policy.sample(
+            samples = (engine or policy).sample(
                 [d.trajectory.token_ids for d in active],
                 spec.max_new_tokens,
                 spec.temperature,

@@ -152,3 +152,38 @@ def test_export_refuses_other_architectures():
     policy.model.config.model_type = "qwen2"
     with pytest.raises(ExportError, match="'qwen2': use rollout.engine=hf"):
         check_architecture(policy.model)
+
+
+# ---------------------------------------------------------------- the llama.cpp worker's sampler (numpy only)
+
+
+def test_worker_draw_follows_the_tempered_softmax():
+    from mapo.engines.llamacpp_worker import draw
+
+    rng = np.random.default_rng(0)
+    vocab, temperature = 300, 0.7  # not a whole number of sampler blocks
+    logits = rng.normal(0.0, 2.0, size=vocab).astype(np.float32)
+    p = np.exp((logits - logits.max()) / temperature)
+    p /= p.sum()
+    tokens, logprobs = draw(np.tile(logits, (40_000, 1)), temperature, 1.0, rng)
+    frequency = np.bincount(tokens, minlength=vocab) / len(tokens)
+    assert 0.5 * np.abs(frequency - p).sum() < 0.03  # total variation: sampling noise only
+    assert np.allclose(logprobs, np.log(p[tokens]), atol=1e-5)
+
+
+def test_worker_draw_top_p_keeps_the_nucleus_and_reports_full_logprobs():
+    from mapo.engines.llamacpp_worker import draw
+
+    rng = np.random.default_rng(1)
+    logits = np.log(np.array([0.5, 0.3, 0.15, 0.05], dtype=np.float32))
+    tokens, logprobs = draw(np.tile(logits, (5000, 1)), 1.0, 0.7, rng)
+    assert set(tokens.tolist()) == {0, 1}  # 0.5 + 0.3 reaches 0.7; 0.15 and 0.05 are cut
+    assert np.allclose(logprobs, logits[tokens], atol=1e-5)  # log-probs of the untruncated policy, as hf records
+
+
+def test_worker_common_prefix():
+    from mapo.engines.llamacpp_worker import common_prefix
+
+    assert common_prefix([1, 2, 3], [1, 2, 4, 5]) == 2
+    assert common_prefix([1, 2], [1, 2, 3]) == 2
+    assert common_prefix([], [1]) == 0 and common_prefix([7], [8]) == 0

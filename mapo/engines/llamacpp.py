@@ -107,7 +107,6 @@ class LlamaCppEngine:
         self.base_gguf = Path(base_gguf) if base_gguf else self._write_base()
         self.tensor_types = source_tensor_types(self.base_gguf) if base_gguf else {}
         self.version = -1
-        self._required: int | None = None
         self._weights: dict[str, Any] | None = None  # the last weights loaded, replayed after a restart
         self.restarts = 0
         self.stats: Counter[str] = Counter()
@@ -268,7 +267,6 @@ class LlamaCppEngine:
 
     def check_version(self, version: int) -> None:
         require_version(self.name, self.version, version)
-        self._required = version
 
     # ---- sampling
 
@@ -303,7 +301,7 @@ class LlamaCppEngine:
                     "max_sentences": max_sentences,
                     "end_of_turn_id": self.policy.end_of_turn_id,
                     "seed": seed,
-                    "version": self.version if self._required is None else self._required,
+                    "version": self.version,  # the worker refuses to sample from any other weights
                 }
             )
             for key in ("prefill_tokens", "reused_tokens", "prefill_s", "decode_s"):

@@ -1,0 +1,226 @@
+"""The llama.cpp rollout engine: same numbers as torch on F32 weights, LoRA sync with versions,
+prefix reuse, stop rules, a rollout through it, and a worker that dies.
+
+Skipped (with the reason) where llama-cpp-python is not installed; scripts/install.sh and
+CI install it. The tiny model's base is written as an F32 GGUF, so llama.cpp and torch
+compute the same function and their log-probs agree to float error.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install 'mapo-rl[llamacpp]')")
+
+from mapo.engines.base import EngineError, StaleWeightsError  # noqa: E402
+from mapo.engines.importance import mismatch_stats  # noqa: E402
+from mapo.engines.llamacpp import LlamaCppEngine, LlamaCppSpec  # noqa: E402
+from mapo.engines.llamacpp_worker import CRASH_ENV  # noqa: E402
+from mapo.rollout import RolloutSpec, rollout  # noqa: E402
+from tests.tiny_policy import ToyEnvironment, tiny_policy, toy_scenarios  # noqa: E402
+
+TEMPERATURE = 0.7
+
+
+def _randomise_lora(policy, seed: int) -> None:
+    """Give the adapter non-zero B matrices, as training would."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in policy.model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=generator) * 0.05)
+
+
+def _torch_logprobs(policy, context: list[int], reply: list[int]) -> list[float]:
+    ids = torch.tensor([context + reply])
+    targets = torch.zeros_like(ids, dtype=torch.bool)
+    targets[0, len(context) :] = True
+    with torch.no_grad():
+        logp, _ = policy.token_logprobs(ids, torch.ones_like(ids), targets, temperature=TEMPERATURE)
+    return logp[0].tolist()
+
+
+def _gap(policy, contexts, samples) -> float:
+    """The largest |torch log-prob - engine log-prob| over every sampled token."""
+    gaps = [
+        abs(a - b)
+        for context, sample in zip(contexts, samples)
+        for a, b in zip(_torch_logprobs(policy, list(context), sample.ids), sample.logprobs)
+    ]
+    assert gaps, "nothing was sampled"
+    return max(gaps)
+
+
+def _contexts(policy, n: int = 4) -> list[list[int]]:
+    return [policy.first_prompt_ids("Be kind and brief.", f"I keep losing my keys, day {k}.") for k in range(n)]
+
+
+@pytest.fixture(scope="module")
+def tiny_lora():
+    policy = tiny_policy(lora=True)
+    _randomise_lora(policy, seed=1)
+    return policy
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_lora, tmp_path_factory):
+    spec = LlamaCppSpec(threads=1, base_type="F32")
+    with LlamaCppEngine(tiny_lora, slots=4, context_per_slot=512, spec=spec, workdir=tmp_path_factory.mktemp("e")) as engine:
+        engine.sync(0)
+        yield engine
+
+
+def test_samples_and_logprobs_match_torch(tiny_lora, engine):
+    torch.manual_seed(0)
+    contexts = _contexts(tiny_lora)
+    samples = engine.sample(contexts, max_new_tokens=12, temperature=TEMPERATURE)
+    assert len(samples) == 4 and all(len(s.ids) == len(s.logprobs) > 0 for s in samples)
+    assert all(0 <= i < len(tiny_lora.tokenizer) for s in samples for i in s.ids)
+    assert _gap(tiny_lora, contexts, samples) < 2e-3  # F32 weights, LoRA applied at run time: same function
+
+
+def test_same_seed_same_samples(tiny_lora, engine):
+    contexts = _contexts(tiny_lora, 2)
+    torch.manual_seed(5)
+    first = engine.sample(contexts, max_new_tokens=8, temperature=TEMPERATURE)
+    torch.manual_seed(5)
+    again = engine.sample(contexts, max_new_tokens=8, temperature=TEMPERATURE)
+    assert [s.ids for s in first] == [s.ids for s in again]
+
+
+def test_sync_brings_new_weights_and_checks_versions(tiny_lora, engine):
+    contexts = _contexts(tiny_lora, 2)
+    _randomise_lora(tiny_lora, seed=2)
+    with pytest.raises(StaleWeightsError):
+        engine.check_version(1)  # the trainer stepped, the engine has not synced yet
+    stats = engine.sync(1)
+    engine.check_version(1)
+    assert stats.bytes > 0 and stats.export_s >= 0 and stats.load_s > 0
+    torch.manual_seed(1)
+    samples = engine.sample(contexts, max_new_tokens=10, temperature=TEMPERATURE)
+    assert _gap(tiny_lora, contexts, samples) < 2e-3  # the engine now computes the new policy
+    with pytest.raises(StaleWeightsError, match="serves weights of step 1, but the trainer is at step 0"):
+        engine.check_version(0)
+
+
+def test_failed_sync_leaves_no_version_that_can_sample(tiny_lora, engine, monkeypatch):
+    import mapo.engines.llamacpp as module
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(module, "write_lora_adapter", broken)
+    with pytest.raises(OSError, match="disk full"):
+        engine.sync(7)
+    with pytest.raises(StaleWeightsError):
+        engine.check_version(7)
+    with pytest.raises(StaleWeightsError, match="weights are version"):
+        engine.sample(_contexts(tiny_lora, 1), max_new_tokens=4, temperature=TEMPERATURE)
+    monkeypatch.undo()
+    engine.sync(7)  # a later sync that works restores service
+    engine.check_version(7)
+
+
+def test_next_turn_reuses_the_cached_prefix(tiny_lora, engine):
+    torch.manual_seed(2)
+    contexts = _contexts(tiny_lora)
+    first = engine.sample(contexts, max_new_tokens=10, temperature=TEMPERATURE)
+    follow = tiny_lora.next_prompt_ids("Thanks, that helps. What next?")
+    second_contexts = [c + s.ids + ([] if s.ids[-1] == tiny_lora.end_of_turn_id else [tiny_lora.end_of_turn_id]) + follow
+                       for c, s in zip(contexts, first)]
+    before = dict(engine.stats)
+    second = engine.sample(second_contexts[::-1], max_new_tokens=10, temperature=TEMPERATURE)  # order does not matter
+    reused = engine.stats["reused_tokens"] - before["reused_tokens"]
+    prefilled = engine.stats["prefill_tokens"] - before["prefill_tokens"]
+    assert reused == sum(len(c) + len(s.ids) - 1 for c, s in zip(contexts, first))
+    assert prefilled == sum(len(c) for c in second_contexts) - reused
+    assert _gap(tiny_lora, second_contexts[::-1], second) < 2e-3  # the reused cache is the right one
+
+
+def test_rollout_through_the_engine_keeps_the_sampled_ids(tiny_lora, engine):
+    spec = RolloutSpec(scenarios_per_step=2, samples_per_scenario=2, max_turns=3, max_new_tokens=8, max_sentences=None)
+    torch.manual_seed(3)
+    groups = rollout(tiny_lora, toy_scenarios(2), lambda: ToyEnvironment(end_early=False), spec, engine=engine)
+    from mapo.losses import check_reply_ids
+
+    for group in groups:
+        for trajectory in group.trajectories:
+            check_reply_ids(trajectory)  # the ids trained on are the ids sampled
+            assert len(trajectory.turns) == 3
+            context = []
+            for turn in trajectory.turns:
+                context = trajectory.token_ids[: turn.prompt_length]
+                assert np.allclose(_torch_logprobs(tiny_lora, context, turn.response_ids), turn.old_logprobs, atol=2e-3)
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    from mapo.policy import PolicySpec, load_policy
+
+    return load_policy(PolicySpec(), seed=0)
+
+
+@pytest.fixture(scope="module")
+def smollm2_engine(smollm2, tmp_path_factory):
+    from mapo.policy import embedded_gguf_path
+
+    with LlamaCppEngine(
+        smollm2, slots=4, context_per_slot=1024, spec=LlamaCppSpec(threads=2), base_gguf=embedded_gguf_path(),
+        workdir=tmp_path_factory.mktemp("smollm2"),
+    ) as engine:
+        engine.sync(0)
+        yield engine
+
+
+def test_embedded_model_stops_where_the_policy_would(smollm2, smollm2_engine):
+    torch.manual_seed(4)
+    contexts = [smollm2.first_prompt_ids("Reply in two sentences.", f"My cat {name} is sick and I am scared.")
+                for name in ("Tom", "Mia", "Leo", "Ada")]
+    samples = smollm2_engine.sample(contexts, max_new_tokens=48, temperature=TEMPERATURE, max_sentences=1)
+    for sample in samples:
+        if sample.truncated:
+            assert len(sample.ids) == 48 and smollm2.sentences_in(sample.ids) < 1
+        elif sample.ids[-1] != smollm2.end_of_turn_id:
+            assert smollm2.sentence_stop(sample.ids, 1) == len(sample.ids)  # the policy's own rule, same token
+    assert any(not s.truncated for s in samples)
+
+
+def test_embedded_model_mismatch_is_small(smollm2, smollm2_engine):
+    """Q4_1 kernels vs the dequantised torch model: close, not equal; the TIS statistics say how close."""
+    torch.manual_seed(6)
+    contexts = [smollm2.first_prompt_ids("Be kind.", f"I failed my exam number {k} and feel awful.") for k in range(4)]
+    samples = smollm2_engine.sample(contexts, max_new_tokens=24, temperature=TEMPERATURE)
+    old = np.concatenate([_torch_logprobs(smollm2, c, s.ids) for c, s in zip(contexts, samples)])
+    behaviour = np.concatenate([s.logprobs for s in samples])
+    stats = mismatch_stats(old, behaviour)
+    assert stats.tokens == len(behaviour) > 0
+    assert stats.logprob_abs_diff_mean < 0.2 and stats.kl_behaviour_old < 0.1
+
+
+def test_worker_death_restarts_once(tiny_lora, tmp_path, monkeypatch):
+    crash = tmp_path / "crashes"
+    crash.write_text("1")
+    monkeypatch.setenv(CRASH_ENV, str(crash))
+    spec = LlamaCppSpec(threads=1, base_type="F32")
+    with LlamaCppEngine(tiny_lora, slots=2, context_per_slot=256, spec=spec, workdir=tmp_path / "e") as engine:
+        engine.sync(4)
+        torch.manual_seed(0)
+        contexts = _contexts(tiny_lora, 2)
+        samples = engine.sample(contexts, max_new_tokens=8, temperature=TEMPERATURE)
+        assert engine.restarts == 1 and crash.read_text() == "0"
+        engine.check_version(4)  # the restarted worker got the synced weights back
+        assert _gap(tiny_lora, contexts, samples) < 2e-3
+
+
+def test_worker_that_dies_twice_stops_with_its_log(tiny_lora, tmp_path, monkeypatch):
+    crash = tmp_path / "crashes"
+    crash.write_text("2")
+    monkeypatch.setenv(CRASH_ENV, str(crash))
+    spec = LlamaCppSpec(threads=1, base_type="F32")
+    with LlamaCppEngine(tiny_lora, slots=2, context_per_slot=256, spec=spec, workdir=tmp_path / "e") as engine:
+        engine.sync(0)
+        with pytest.raises(EngineError, match=r"died again after a restart \(exit code 70\); its log is .*llamacpp.log"):
+            engine.sample(_contexts(tiny_lora, 2), max_new_tokens=8, temperature=TEMPERATURE)
+        assert engine.log_path.is_file()
