@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install 'mapo-rl[llamacpp]')")
+pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install 'llama-cpp-python>=0.3', or scripts/install.sh)")
 
 from mapo.engines.base import EngineError, StaleWeightsError  # noqa: E402
 from mapo.engines.importance import mismatch_stats  # noqa: E402
@@ -167,7 +167,7 @@ def smollm2_engine(smollm2, tmp_path_factory):
     from mapo.policy import embedded_gguf_path
 
     with LlamaCppEngine(
-        smollm2, slots=4, context_per_slot=1024, spec=LlamaCppSpec(threads=2), base_gguf=embedded_gguf_path(),
+        smollm2, slots=4, context_per_slot=1024, spec=LlamaCppSpec(base_type="source"), source_gguf=embedded_gguf_path(),
         workdir=tmp_path_factory.mktemp("smollm2"),
     ) as engine:
         engine.sync(0)

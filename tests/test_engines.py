@@ -187,3 +187,22 @@ def test_worker_common_prefix():
     assert common_prefix([1, 2, 3], [1, 2, 4, 5]) == 2
     assert common_prefix([1, 2], [1, 2, 3]) == 2
     assert common_prefix([], [1]) == 0 and common_prefix([7], [8]) == 0
+
+
+def test_llamacpp_spec_rejects_bad_values():
+    from mapo.engines.llamacpp import LlamaCppSpec
+
+    with pytest.raises(ValueError, match="rollout.llamacpp.sync must be one of adapter, merged"):
+        LlamaCppSpec(sync="rsync")
+    with pytest.raises(ValueError, match="base_type must be 'source' or one of F32, F16, Q8_0, got 'Q4_0'"):
+        LlamaCppSpec(base_type="Q4_0")
+    with pytest.raises(ValueError, match="threads must be at least 1"):
+        LlamaCppSpec(threads=0)
+
+
+def test_idle_cores_is_within_the_machine():
+    import os
+
+    from mapo.engines.llamacpp import idle_cores
+
+    assert 1 <= idle_cores() <= (os.cpu_count() or 1)

@@ -84,7 +84,7 @@ def bench_engines(
     scenarios: list[Scenario],
     make_env: Any,
     config: TrainConfig,
-    base_gguf: Path | None,
+    source_gguf: Path | None,
     trajectories: int = 16,
     turns: int | None = None,
     max_new_tokens: int | None = None,
@@ -100,7 +100,7 @@ def bench_engines(
     spec = spec or LlamaCppSpec()
     started = time.perf_counter()
     llama = LlamaCppEngine(policy, slots=trajectories, context_per_slot=rollout_spec.max_context_tokens, spec=spec,
-                           base_gguf=base_gguf)
+                           source_gguf=source_gguf)
     start_s = time.perf_counter() - started
     results: dict[str, Any] = {"engine_start_s": start_s}
     try:
@@ -127,7 +127,7 @@ def bench_engines(
             _, groups = _measure(policy, llama, chosen, rollout_spec, make_env, pool, config.seed)
             results["mismatch_adapter"] = vars(mismatch_stats(*torch_logprobs(policy, groups, rollout_spec.temperature)))
             merged = LlamaCppEngine(policy, slots=trajectories, context_per_slot=rollout_spec.max_context_tokens,
-                                    spec=dataclasses.replace(spec, sync="merged"), base_gguf=base_gguf)
+                                    spec=dataclasses.replace(spec, sync="merged"), source_gguf=source_gguf)
             try:
                 results["sync"]["merged"] = _sync_costs(merged, syncs)
                 _, groups = _measure(policy, merged, chosen, rollout_spec, make_env, pool, config.seed)

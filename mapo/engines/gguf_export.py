@@ -242,7 +242,8 @@ def write_model(
         target = gguf_name(name)
         array = _to_gguf_array(name, weight.numpy(), config)
         kind = (tensor_types or {}).get(target, fallback) if array.ndim > 1 else gguf.GGMLQuantizationType.F32
-        writer.add_tensor(target, *_encode(array, kind))
+        data, raw_dtype = _encode(array, kind)
+        writer.add_tensor(target, data, raw_dtype=raw_dtype)
     return _write(writer, path)
 
 

@@ -41,25 +41,45 @@ from mapo.policy import KVCache, Policy, Sample
 
 log = logging.getLogger("mapo.engines.llamacpp")
 SYNC_MODES = ("adapter", "merged")
+SOURCE = "source"
+BASE_TYPES = ("F32", "F16", "Q8_0")  # Q4_0 re-quantised from Q4_1 weights: KL 0.58 to torch, unusable
 
 
 @dataclass
 class LlamaCppSpec:
     """The llama.cpp engine's knobs (the `rollout.llamacpp` config section)."""
 
-    threads: int | None = None  # None: as many as torch uses (the idle cores, mapo.policy.configure_threads)
+    # sequences decode on this many threads; None: the cores idle right now, per request (on a
+    # shared CPU a thread more than the idle cores stalls every barrier: 2 threads on 2 busy
+    # cores decoded 10x slower than 1 here)
+    threads: int | None = None
     sync: str = "adapter"  # adapter: LoRA as a GGUF adapter | merged: whole model re-quantised, reloaded
-    base_type: str = "F16"  # tensor type of a base written from torch weights (a policy with no GGUF file)
+    # the base model llama.cpp runs: "source" = the policy's GGUF file as shipped, or a tensor
+    # type (F16, Q8_0, ...) to write from the torch weights. F16 computes what torch computes
+    # (KL 1e-5 on SmolLM2) and decoded faster here than the shipped Q4_1 (docs/engines.md)
+    base_type: str = "F16"
     batch_tokens: int = 512  # ids per llama_decode call while prefilling
     timeout_s: float = 900.0  # a request unanswered this long counts as a dead worker
 
     def __post_init__(self) -> None:
         if self.sync not in SYNC_MODES:
             raise ValueError(f"rollout.llamacpp.sync must be one of {', '.join(SYNC_MODES)}, got {self.sync!r}")
+        if self.base_type != SOURCE and self.base_type not in BASE_TYPES:
+            raise ValueError(f"rollout.llamacpp.base_type must be {SOURCE!r} or one of {', '.join(BASE_TYPES)}, got {self.base_type!r}")
         if self.threads is not None and self.threads < 1:
             raise ValueError(f"rollout.llamacpp.threads must be at least 1 or null, got {self.threads}")
         if self.batch_tokens < 1 or not self.timeout_s > 0:
             raise ValueError("rollout.llamacpp.batch_tokens must be >= 1 and timeout_s > 0")
+
+
+def idle_cores() -> int:
+    """CPU cores not running anything else right now (at least 1): cores - (running threads - this one)."""
+    cores = os.cpu_count() or 1
+    try:
+        running = int(Path("/proc/loadavg").read_text().split()[3].split("/")[0])
+    except (OSError, IndexError, ValueError):
+        running = int(os.getloadavg()[0] + 0.5) + 1
+    return max(1, min(cores, cores - (running - 1)))
 
 
 def missing_requirement() -> str | None:
@@ -67,7 +87,7 @@ def missing_requirement() -> str | None:
     import importlib.util
 
     if importlib.util.find_spec("llama_cpp") is None:
-        return "llama-cpp-python is not installed (pip install 'mapo-rl[llamacpp]')"
+        return "llama-cpp-python is not installed (pip install 'llama-cpp-python>=0.3', or scripts/install.sh)"
     return None
 
 
@@ -84,12 +104,12 @@ class LlamaCppEngine:
         slots: int,
         context_per_slot: int,
         spec: LlamaCppSpec | None = None,
-        base_gguf: Path | None = None,
+        source_gguf: Path | None = None,
         workdir: Path | None = None,
     ) -> None:
-        """`base_gguf`: the GGUF file the policy's base weights came from (None: write one from torch).
-
-        `slots` sequences of up to `context_per_slot` ids each decode together.
+        """`source_gguf`: the GGUF file the policy's base weights came from, if any (used as
+        the base with `base_type: source`). `slots` sequences of up to `context_per_slot`
+        ids each decode together.
         """
         problem = missing_requirement()
         if problem:
@@ -104,8 +124,12 @@ class LlamaCppEngine:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.workdir / "llamacpp.log"
         policy.tokenizer.save_pretrained(str(self.workdir / "tokenizer"))
-        self.base_gguf = Path(base_gguf) if base_gguf else self._write_base()
-        self.tensor_types = source_tensor_types(self.base_gguf) if base_gguf else {}
+        if self.spec.base_type == SOURCE:
+            if source_gguf is None:
+                raise EngineError("rollout.llamacpp.base_type=source needs a policy loaded from a GGUF file")
+            self.base_gguf, self.tensor_types = Path(source_gguf), source_tensor_types(Path(source_gguf))
+        else:
+            self.base_gguf, self.tensor_types = self._write_base(), {}
         self.version = -1
         self._weights: dict[str, Any] | None = None  # the last weights loaded, replayed after a restart
         self.restarts = 0
@@ -122,7 +146,12 @@ class LlamaCppEngine:
 
     def _start(self) -> None:
         package_root = str(Path(mapo.__file__).resolve().parents[1])
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+        env = {
+            # OpenMP threads that wait passively: a spinning thread on a busy core stalls the others
+            "OMP_WAIT_POLICY": "PASSIVE",
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])),
+        }
         with open(self.log_path, "ab") as log_out:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "mapo.engines.llamacpp_worker"],
@@ -131,7 +160,6 @@ class LlamaCppEngine:
                 stderr=log_out,
                 env=env,
             )
-        threads = self.spec.threads or torch.get_num_threads()
         check_ids = sorted({*self.policy.tokenizer.all_special_ids, *range(0, len(self.policy.tokenizer), 997)})
         reply = self._exchange(
             {
@@ -140,7 +168,7 @@ class LlamaCppEngine:
                     "model": str(self.base_gguf),
                     "slots": self.slots,
                     "context_per_slot": self.context_per_slot,
-                    "threads": threads,
+                    "threads": self.spec.threads or idle_cores(),
                     "batch": self.spec.batch_tokens,
                     "tokenizer": str(self.workdir / "tokenizer" / "tokenizer.json"),
                 },
@@ -253,7 +281,7 @@ class LlamaCppEngine:
                 self.policy.tokenizer,
                 self.workdir / f"model-{version}.gguf",
                 tensor_types=self.tensor_types,
-                default_type=self.spec.base_type,
+                default_type="F16" if self.spec.base_type == SOURCE else self.spec.base_type,
             )
             message = {"op": "model", "path": str(path), "version": version}
         exported = time.perf_counter()
@@ -301,6 +329,7 @@ class LlamaCppEngine:
                     "max_sentences": max_sentences,
                     "end_of_turn_id": self.policy.end_of_turn_id,
                     "seed": seed,
+                    "threads": self.spec.threads or idle_cores(),
                     "version": self.version,  # the worker refuses to sample from any other weights
                 }
             )

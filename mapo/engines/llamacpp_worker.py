@@ -274,6 +274,9 @@ class Decoder:
                 raise WorkerError(f"a context of {len(c)} ids does not fit a slot of {self.context_per_slot} with room to reply")
             if max(c) >= self.n_vocab or min(c) < 0:
                 raise WorkerError(f"a context holds an id outside the vocabulary of {self.n_vocab}")
+        if request["threads"] != self.threads:
+            self.threads = request["threads"]
+            self.lib.llama_set_n_threads(self.ctx, self.threads, self.threads)
         started = time.perf_counter()
         crash_at = _crash_step(request["max_new_tokens"])
         plan = self._assign(contexts)
