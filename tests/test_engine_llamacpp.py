@@ -224,3 +224,19 @@ def test_worker_that_dies_twice_stops_with_its_log(tiny_lora, tmp_path, monkeypa
         with pytest.raises(EngineError, match=r"died again after a restart \(exit code 70\); its log is .*llamacpp.log"):
             engine.sample(_contexts(tiny_lora, 2), max_new_tokens=8, temperature=TEMPERATURE)
         assert engine.log_path.is_file()
+
+
+def test_a_group_prefills_its_shared_prompt_once(tiny_lora, engine):
+    """N dialogues of one scenario open with the same prompt: one prefill, N - 1 slot copies."""
+    torch.manual_seed(7)
+    prompt = tiny_lora.first_prompt_ids("Be kind and brief.", "My dog ran away this morning and I cannot stop crying.")
+    contexts = [prompt, prompt, prompt, prompt[:-3] + tiny_lora.encode("Hi")]  # the last shares all but its end
+    engine.sync(engine.version + 1)  # new weights: every slot starts empty
+    before = dict(engine.stats)
+    samples = engine.sample(contexts, max_new_tokens=10, temperature=TEMPERATURE)
+    prefilled = engine.stats["prefill_tokens"] - before["prefill_tokens"]
+    copied = engine.stats["copied_tokens"] - before["copied_tokens"]
+    assert copied == 2 * (len(prompt) - 1) + (len(prompt) - 3)
+    assert prefilled == len(prompt) + 2 * 1 + (len(contexts[3]) - (len(prompt) - 3))
+    assert len({tuple(s.ids) for s in samples}) > 1  # the copies sample independently ...
+    assert _gap(tiny_lora, contexts, samples) < 2e-3  # ... from the right cache

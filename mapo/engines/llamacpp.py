@@ -333,7 +333,7 @@ class LlamaCppEngine:
                     "version": self.version,  # the worker refuses to sample from any other weights
                 }
             )
-            for key in ("prefill_tokens", "reused_tokens", "prefill_s", "decode_s"):
+            for key in ("prefill_tokens", "reused_tokens", "copied_tokens", "prefill_s", "decode_s"):
                 self.stats[key] += reply[key]
             self.stats["generated_tokens"] += sum(len(ids) for ids in reply["ids"])
             for ids, logprobs, ended in zip(reply["ids"], reply["logprobs"], reply["ended"]):

@@ -9,7 +9,9 @@ What it does per `sample` request (one turn of a batch of dialogues):
 
 - every context gets a sequence slot of the KV cache: the slot whose cached ids share
   the longest prefix with it (a dialogue's earlier turns are already there), and only
-  the ids after that prefix are decoded (prefix reuse);
+  the ids after that prefix are decoded (prefix reuse); contexts that share a longer
+  prefix with another context of the request (the N samples of a scenario open with the
+  same prompt) copy that context's slot once it is prefilled instead;
 - all sequences then decode together, one token each per `llama_decode` call;
 - tokens are drawn in numpy from softmax(logits / temperature) (top-p optional) with
   the request's seed, and the log-probability recorded is that of the tempered softmax:
@@ -40,6 +42,9 @@ from mapo.sentences import count_sentences
 
 HEADER = struct.Struct("<Q")
 BLOCK = 256  # ids per block of the two-level sampler
+# a copied slot moves its whole KV buffer (one memcpy, about the cost of prefilling a few ids):
+# worth it from this many shared ids on
+MIN_SHARED = 8
 CRASH_ENV = "MAPO_TEST_ENGINE_CRASH"
 
 
@@ -260,6 +265,19 @@ class Decoder:
             used.add(s)
         return [chosen[i] for i in range(len(contexts))]
 
+    def _donors(self, contexts: list[list[int]], plan: list[tuple[int, int]]) -> dict[int, tuple[int, int]]:
+        """{receiver: (donor, shared ids)}: contexts that gain MIN_SHARED ids or more by copying the
+        slot of another context of this request (which is prefilled first) instead of their own."""
+        donors: dict[int, tuple[int, int]] = {}
+        givers: list[int] = []
+        for i, context in enumerate(contexts):
+            best = max(((common_prefix(context, contexts[j]), j) for j in givers), default=(0, -1))
+            if best[0] - plan[i][1] >= MIN_SHARED:
+                donors[i] = (best[1], best[0])
+            else:
+                givers.append(i)
+        return donors
+
     def sample(self, request: dict[str, Any]) -> dict[str, Any]:
         contexts: list[list[int]] = request["contexts"]
         if self.ctx is None:
@@ -280,12 +298,26 @@ class Decoder:
         started = time.perf_counter()
         crash_at = _crash_step(request["max_new_tokens"])
         plan = self._assign(contexts)
-        prefill: list[tuple[int, int, int, bool]] = []
-        for context, (slot, keep) in zip(contexts, plan):
-            self.lib.llama_memory_seq_rm(self.memory, slot, keep, -1)
-            self.cached[slot] = list(context)
-            prefill += [(slot, p, context[p], p == len(context) - 1) for p in range(keep, len(context))]
-        logits = self._decode(prefill)
+        donors = self._donors(contexts, plan)
+        logits: dict[int, np.ndarray] = {}
+        prefilled_ids = copied = 0
+        # first the contexts that are prefilled from their own slot, then those that start from a
+        # copy of another context's slot (a group's N dialogues open with the same prompt)
+        for wave in ([i for i in range(len(contexts)) if i not in donors], sorted(donors)):
+            prefill: list[tuple[int, int, int, bool]] = []
+            for i in wave:
+                context, (slot, keep) = contexts[i], plan[i]
+                if i in donors:
+                    donor, shared = donors[i]
+                    self.lib.llama_memory_seq_cp(self.memory, plan[donor][0], slot, -1, -1)
+                    copied += min(shared, len(context) - 1) - keep
+                    keep = min(shared, len(context) - 1)
+                    plan[i] = (slot, keep)
+                self.lib.llama_memory_seq_rm(self.memory, slot, keep, -1)
+                self.cached[slot] = list(context)
+                prefill += [(slot, p, context[p], p == len(context) - 1) for p in range(keep, len(context))]
+            logits.update(self._decode(prefill))
+            prefilled_ids += len(prefill)
         prefilled = time.perf_counter()
         rng = np.random.default_rng(request["seed"])
         eot, max_sentences = request["end_of_turn_id"], request["max_sentences"]
@@ -323,8 +355,9 @@ class Decoder:
             "logprobs": logprobs,
             "ended": ended,
             "version": self.version,
-            "prefill_tokens": len(prefill),
+            "prefill_tokens": prefilled_ids,
             "reused_tokens": sum(keep for _, keep in plan),
+            "copied_tokens": copied,
             "prefill_s": prefilled - started,
             "decode_s": done - prefilled,
         }
