@@ -206,3 +206,36 @@ def test_idle_cores_is_within_the_machine():
     from mapo.engines.llamacpp import idle_cores
 
     assert 1 <= idle_cores() <= (os.cpu_count() or 1)
+
+
+# ---------------------------------------------------------------- choosing the engine
+
+
+def test_auto_engine_falls_back_to_hf_and_says_why_once(monkeypatch, caplog):
+    import mapo.engines.factory as factory
+
+    policy = tiny_policy()
+    monkeypatch.setattr(factory, "missing_requirement", lambda: "llama-cpp-python is not installed (test)")
+    monkeypatch.setattr(factory, "_said", set())
+    with caplog.at_level("WARNING", logger="mapo.engines"):
+        assert factory.resolve_engine("auto", policy) == "hf"
+        assert factory.resolve_engine("auto", policy) == "hf"
+    assert [r.getMessage() for r in caplog.records] == [
+        "rollout.engine=auto: sampling with the hf engine (llama-cpp-python is not installed (test))"
+    ]
+    assert isinstance(factory.make_engine("auto", policy, slots=2, context_per_slot=256), HfEngine)
+    with pytest.raises(Exception, match="rollout.engine=llamacpp: llama-cpp-python is not installed"):
+        factory.make_engine("llamacpp", policy, slots=2, context_per_slot=256)
+
+
+def test_auto_engine_picks_llamacpp_for_a_llama_model_when_installed(monkeypatch):
+    import mapo.engines.factory as factory
+
+    policy = tiny_policy()
+    monkeypatch.setattr(factory, "missing_requirement", lambda: None)
+    assert factory.resolve_engine("auto", policy) == "llamacpp"
+    policy.model.config.model_type = "qwen2"  # an architecture the export does not write
+    assert factory.resolve_engine("auto", policy) == "hf"
+    assert factory.resolve_engine("hf", policy) == "hf"
+    with pytest.raises(ValueError, match="rollout.engine must be one of auto, hf, llamacpp; got 'vllm'"):
+        factory.resolve_engine("vllm", policy)

@@ -17,7 +17,7 @@ class HfEngine:
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
-        self.version = 0
+        self.version = -1  # until the trainer's first sync, like every engine
 
     def sample(
         self,

@@ -120,6 +120,7 @@ class LlamaCppEngine:
         if self.spec.sync == "adapter" and not policy.lora:
             raise EngineError("rollout.llamacpp.sync=adapter needs a LoRA policy; full fine-tuning syncs with sync=merged")
         self.slots, self.context_per_slot = slots, context_per_slot
+        self._own_workdir = workdir is None  # a temporary folder is deleted again by close()
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="mapo-llamacpp-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.workdir / "llamacpp.log"
@@ -135,7 +136,11 @@ class LlamaCppEngine:
         self.restarts = 0
         self.stats: Counter[str] = Counter()
         self.process: subprocess.Popen[bytes] | None = None
-        self._start()
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
 
     # ---- the worker process
 
@@ -161,32 +166,36 @@ class LlamaCppEngine:
                 env=env,
             )
         check_ids = sorted({*self.policy.tokenizer.all_special_ids, *range(0, len(self.policy.tokenizer), 997)})
-        reply = self._exchange(
-            {
-                "op": "load",
-                "args": {
-                    "model": str(self.base_gguf),
-                    "slots": self.slots,
-                    "context_per_slot": self.context_per_slot,
-                    "threads": self.spec.threads or idle_cores(),
-                    "batch": self.spec.batch_tokens,
-                    "tokenizer": str(self.workdir / "tokenizer" / "tokenizer.json"),
-                },
-                "check_ids": check_ids,
-            }
-        )
+        load = {
+            "op": "load",
+            "args": {
+                "model": str(self.base_gguf),
+                "slots": self.slots,
+                "context_per_slot": self.context_per_slot,
+                "threads": self.spec.threads or idle_cores(),
+                "batch": self.spec.batch_tokens,
+                "tokenizer": str(self.workdir / "tokenizer" / "tokenizer.json"),
+            },
+            "check_ids": check_ids,
+        }
+        try:
+            reply = self._exchange(load)
+        except _WorkerDied as err:
+            raise EngineError(
+                f"the llamacpp engine's worker died while loading {self.base_gguf} ({err}); its log is {self.log_path}"
+            ) from None
         expected = self.policy.tokenizer.convert_ids_to_tokens(check_ids)
         wrong = [(i, a, b) for i, a, b in zip(check_ids, reply["vocabulary"], expected) if a != b]
         if reply["n_vocab"] < len(self.policy.tokenizer) or wrong:
-            self.close()
             raise EngineError(
                 f"the llamacpp engine's model {self.base_gguf} does not share the policy's vocabulary "
                 f"({reply['n_vocab']} vs {len(self.policy.tokenizer)} tokens; first differing id: {wrong[:1]})"
             )
 
     def _read(self, size: int, deadline: float) -> bytes:
-        assert self.process is not None and self.process.stdout is not None
-        fd = self.process.stdout.fileno()
+        process = self.process
+        assert process is not None and process.stdout is not None  # _exchange checked
+        fd = process.stdout.fileno()
         chunks, left = [], size
         while left:
             wait = deadline - time.monotonic()
@@ -194,7 +203,7 @@ class LlamaCppEngine:
                 raise _WorkerDied(f"no answer within {self.spec.timeout_s:.0f} s")
             chunk = os.read(fd, min(left, 1 << 20))
             if not chunk:
-                raise _WorkerDied(f"exit code {self.process.wait()}")
+                raise _WorkerDied(f"exit code {process.wait()}")
             chunks.append(chunk)
             left -= len(chunk)
         return b"".join(chunks)
@@ -202,13 +211,14 @@ class LlamaCppEngine:
     def _exchange(self, message: dict[str, Any]) -> dict[str, Any]:
         """Send one request and wait for its reply; _WorkerDied when the process is gone or hangs."""
         process = self.process
-        assert process is not None and process.stdin is not None
+        if process is None or process.stdin is None:
+            raise EngineError("the llamacpp engine is closed")
         try:
-            write_frame(process.stdin, message)
-        except (BrokenPipeError, OSError):
-            raise _WorkerDied(f"exit code {process.wait()}") from None
-        deadline = time.monotonic() + self.spec.timeout_s
-        try:
+            try:
+                write_frame(process.stdin, message)
+            except OSError:
+                raise _WorkerDied(f"exit code {process.wait()}") from None
+            deadline = time.monotonic() + self.spec.timeout_s
             (size,) = HEADER.unpack(self._read(HEADER.size, deadline))
             reply = pickle.loads(self._read(size, deadline))
         except _WorkerDied:
@@ -239,26 +249,29 @@ class LlamaCppEngine:
                 ) from None
 
     def _kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-
-    def close(self) -> None:
-        """Stop the worker (politely, then by force)."""
-        process = self.process
+        """End the worker process by force and close its pipes."""
+        process, self.process = self.process, None
         if process is None:
             return
         if process.poll() is None:
+            process.kill()
+            process.wait()
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                stream.close()
+
+    def close(self) -> None:
+        """Stop the worker (politely, then by force); delete the working folder if the engine made it."""
+        process = self.process
+        if process is not None and process.poll() is None:
             try:
                 write_frame(process.stdin, {"op": "close"})
                 process.wait(timeout=10)
             except (OSError, subprocess.TimeoutExpired):
                 pass
         self._kill()
-        for stream in (process.stdin, process.stdout):
-            if stream is not None:
-                stream.close()
-        self.process = None
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
     def __enter__(self) -> LlamaCppEngine:
         return self
@@ -339,8 +352,3 @@ class LlamaCppEngine:
             for ids, logprobs, ended in zip(reply["ids"], reply["logprobs"], reply["ended"]):
                 samples.append(Sample(ids, logprobs, truncated=not ended))
         return samples
-
-    def cleanup(self) -> None:
-        """Close and delete the working folder (exported weights, tokenizer, log)."""
-        self.close()
-        shutil.rmtree(self.workdir, ignore_errors=True)
