@@ -240,3 +240,24 @@ def test_a_group_prefills_its_shared_prompt_once(tiny_lora, engine):
     assert prefilled == len(prompt) + 2 * 1 + (len(contexts[3]) - (len(prompt) - 3))
     assert len({tuple(s.ids) for s in samples}) > 1  # the copies sample independently ...
     assert _gap(tiny_lora, contexts, samples) < 2e-3  # ... from the right cache
+
+
+def test_merged_sync_serves_the_merged_model(tiny_lora, tmp_path):
+    spec = LlamaCppSpec(threads=1, base_type="F32", sync="merged")
+    with LlamaCppEngine(tiny_lora, slots=2, context_per_slot=256, spec=spec, workdir=tmp_path) as engine:
+        stats = engine.sync(3)
+        engine.check_version(3)
+        assert stats.bytes > (tmp_path / "base.gguf").stat().st_size * 0.9  # a whole model moved, not an adapter
+        torch.manual_seed(8)
+        contexts = _contexts(tiny_lora, 2)
+        assert _gap(tiny_lora, contexts, engine.sample(contexts, max_new_tokens=10, temperature=TEMPERATURE)) < 2e-3
+
+
+def test_a_model_with_another_vocabulary_is_refused(tiny_lora, tmp_path, monkeypatch):
+    real = tiny_lora.tokenizer.convert_ids_to_tokens
+    monkeypatch.setattr(tiny_lora.tokenizer, "convert_ids_to_tokens", lambda ids: ["?" + t for t in real(ids)])
+    spec = LlamaCppSpec(threads=1, base_type="source")
+    from mapo.policy import embedded_gguf_path
+
+    with pytest.raises(EngineError, match="does not share the policy's vocabulary"):
+        LlamaCppEngine(tiny_lora, slots=1, context_per_slot=128, spec=spec, source_gguf=embedded_gguf_path(), workdir=tmp_path)
