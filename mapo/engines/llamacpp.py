@@ -116,27 +116,27 @@ class LlamaCppEngine:
             raise EngineError(problem)
         self.spec = spec or LlamaCppSpec()
         self.policy = policy
-        self.config = check_architecture(policy.model)
+        check_architecture(policy.model)
         if self.spec.sync == "adapter" and not policy.lora:
             raise EngineError("rollout.llamacpp.sync=adapter needs a LoRA policy; full fine-tuning syncs with sync=merged")
+        if self.spec.base_type == SOURCE and source_gguf is None:
+            raise EngineError("rollout.llamacpp.base_type=source needs a policy loaded from a GGUF file")
         self.slots, self.context_per_slot = slots, context_per_slot
         self._own_workdir = workdir is None  # a temporary folder is deleted again by close()
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="mapo-llamacpp-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.workdir / "llamacpp.log"
         policy.tokenizer.save_pretrained(str(self.workdir / "tokenizer"))
-        if self.spec.base_type == SOURCE:
-            if source_gguf is None:
-                raise EngineError("rollout.llamacpp.base_type=source needs a policy loaded from a GGUF file")
-            self.base_gguf, self.tensor_types = Path(source_gguf), source_tensor_types(Path(source_gguf))
-        else:
-            self.base_gguf, self.tensor_types = self._write_base(), {}
         self.version = -1
         self._weights: dict[str, Any] | None = None  # the last weights loaded, replayed after a restart
         self.restarts = 0
         self.stats: Counter[str] = Counter()
         self.process: subprocess.Popen[bytes] | None = None
         try:
+            if self.spec.base_type == SOURCE:
+                self.base_gguf, self.tensor_types = Path(source_gguf), source_tensor_types(Path(source_gguf))
+            else:
+                self.base_gguf, self.tensor_types = self._write_base(), {}
             self._start()
         except BaseException:
             self.close()
