@@ -370,7 +370,7 @@ def test_environment_errors(scenarios):
         env.reset(type(scenarios[PRIYA])(id="bare"))
     with pytest.raises(ValueError, match="unknown option.*max_turn"):
         EmpathyEnvironment(max_turn=3)
-    with pytest.raises(ValueError, match="roles.judge: unknown kind 'nope'"):
+    with pytest.raises(ValueError, match="roles.judge: unknown empathy judge kind 'nope'; registered: llm, offline"):
         EmpathyEnvironment(judge="nope")
     with pytest.raises(ValueError, match="roles.director: .*unexpected keyword"):
         EmpathyEnvironment(director_options={"bogus": 1})
@@ -422,7 +422,7 @@ def test_role_registry_by_name_mapping_and_import_path(scenarios):
         by_path = make_role("director", f"{__name__}:AlwaysEndDirector")
         assert isinstance(by_path, AlwaysEndDirector)
     finally:
-        del ROLES["director"]["always-end"]
+        ROLES["director"].remove("always-end")
     assert isinstance(make_role("director", {"kind": "offline", "min_turns": 5}), RuleDirector)
     # "llm" goes to the LLM roles' own builder (construction only: no request is made)
     env = EmpathyEnvironment(roles={"judge": {"kind": "llm", "base_url": "http://127.0.0.1:9/v1", "model": "m"}})

@@ -78,10 +78,10 @@ def _make_judge(judge: str | EmotionJudge, options: Mapping[str, Any] | None) ->
             raise ValueError(f"the offline emotion judge takes no options, got {sorted(options)}")
         return OfflineEmotionJudge()
     if judge == "llm":
-        from mapo.backends.openai_compat import shared_backend
+        from mapo.backends.transports import chat_client
 
         role = {k: options.pop(k) for k in ("temperature", "max_tokens") if k in options}
-        return LLMEmotionJudge(shared_backend(options), **role)
+        return LLMEmotionJudge(chat_client(options), **role)
     raise ValueError(f"unknown emotion judge {judge!r}; use 'offline', 'llm' or pass a judge object")
 
 

@@ -669,8 +669,11 @@ def make_llm_role(role: str, options: Mapping[str, Any]) -> LLMJudge | LLMDirect
     Backend keys (base_url, model, api_key_env, concurrency, timeout, retries, ...)
     select a shared `ChatBackend` (one per distinct endpoint config); the role's
     own keys (temperature, max_tokens, min_turns, json_format, ...) go to the role.
+    With `transport` set to another chat transport (mapo.backends.transports), every
+    key that is not the role's goes to that transport instead.
     """
-    from mapo.backends.openai_compat import ChatBackendConfig, shared_backend
+    from mapo.backends.openai_compat import ChatBackendConfig
+    from mapo.backends.transports import chat_client
 
     if role not in LLM_ROLES:
         raise ValueError(f"unknown empathy role {role!r}; expected one of {sorted(LLM_ROLES)}")
@@ -678,14 +681,14 @@ def make_llm_role(role: str, options: Mapping[str, Any]) -> LLMJudge | LLMDirect
     options = {k: v for k, v in options.items() if k != "kind"}
     role_keys = {"temperature", "max_tokens", "min_turns", "own_lines", "history_messages", "max_words", "json_format"}
     backend_keys = {f.name for f in fields(ChatBackendConfig)} - {"temperature", "max_tokens"}
-    unknown = sorted(set(options) - role_keys - backend_keys - {"api_key"})
-    if unknown:
+    unknown = sorted(set(options) - role_keys - backend_keys - {"api_key", "transport"})
+    if unknown and options.get("transport", "openai") == "openai":
         raise ValueError(
             f"roles.{role}: unknown key(s) {unknown} for an llm {role}; "
             f"backend keys: {sorted(backend_keys)}; role keys: {sorted(role_keys)}"
         )
     try:
-        backend = shared_backend({k: v for k, v in options.items() if k in backend_keys | {"api_key"}})
+        backend = chat_client({k: v for k, v in options.items() if k not in role_keys})
     except ValueError as exc:
         raise ValueError(f"roles.{role}: {exc}") from None
     try:
