@@ -27,7 +27,7 @@ import yaml
 from mapo.losses import LossSpec
 from mapo.methods.compeer import ReasoningSpec
 from mapo.methods.rapo import RapoSpec
-from mapo.policy import LoraSpec, PolicySpec
+from mapo.model_source import LoraSpec, PolicySpec
 from mapo.rollout import RolloutSpec
 from mapo.validation import read_yaml
 
