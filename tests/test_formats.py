@@ -12,7 +12,7 @@ import pytest
 from mapo.envs.dynamics import initial_vector
 from mapo.envs.empathy.cards import CardError, ScenarioCard
 from mapo.envs.empathy.empa_markdown import SECTIONS, load_empa_card, load_empa_cards
-from mapo.envs.persona_jsonl import load_personas
+from mapo.envs.emotion.persona import load_personas
 
 FIXTURES = Path(__file__).parent / "fixtures"
 EMPA = FIXTURES / "empa"

@@ -5,26 +5,21 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from fixture_paths import FIXTURES
+
 from mapo.envs.base import Environment, make_environment
 from mapo.envs.emotion import EmotionEnvironment
-from mapo.envs.emotion_roles import (
-    EmotionJudgement,
-    LLMEmotionJudge,
-    OfflineEmotionJudge,
-    Persona,
-    first_person,
-    persona_pronoun,
-)
+from mapo.envs.emotion.judges import EmotionJudgement, LLMEmotionJudge, OfflineEmotionJudge
+from mapo.envs.emotion.persona import Persona, load_personas
+from mapo.envs.emotion.user import first_person, persona_pronoun
 from mapo.envs.empathy.cards import bundled_scenario_dir, bundled_scenarios, load_card
-from mapo.envs.persona_jsonl import load_personas
 from mapo.rewards import rewards_from_distances
 
-PERSONAS = Path(__file__).parent / "fixtures" / "personas.jsonl"
+PERSONAS = FIXTURES / "personas.jsonl"
 
 GOOD = (
     "Losing a chapter nine days before the deadline is brutal, and the jokes sound like they are holding a lot of "

@@ -21,9 +21,9 @@ The dialogue ends with
 Roles: `judge="offline"` (sentence-embedding scorer) or `"llm"` (with `judge_options`
 for the backend: base_url, model, ...), or any object with `score(persona, history,
 response) -> EmotionJudgement`; the user is `PersonaActor` (deterministic for a seed)
-unless another actor object is given. See `mapo.envs.emotion_roles`.
+unless another actor object is given. See `judges.py` and `user.py`.
 
-Scenarios come from `mapo.envs.persona_jsonl.load_personas` (SAGE/RLVER persona
+Scenarios come from `persona.load_personas` (SAGE/RLVER persona
 lines) or from empathy scenario cards (persona, situation and growth arc are used).
 """
 
@@ -35,14 +35,9 @@ from typing import Any
 
 from mapo.envs.base import StepResult, register_environment
 from mapo.envs.empathy.env import LISTENER_PROMPT
-from mapo.envs.emotion_roles import (
-    EmotionJudge,
-    LLMEmotionJudge,
-    OfflineEmotionJudge,
-    Persona,
-    PersonaActor,
-)
-from mapo.envs.persona_jsonl import START_RANGE, load_personas, seeded_emotion
+from mapo.envs.emotion.judges import EmotionJudge, LLMEmotionJudge, OfflineEmotionJudge
+from mapo.envs.emotion.persona import START_RANGE, Persona, load_personas, seeded_emotion
+from mapo.envs.emotion.user import PersonaActor
 from mapo.types import Scenario
 
 

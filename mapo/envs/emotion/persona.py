@@ -1,4 +1,8 @@
-"""Load SAGE/RLVER-style persona files (JSONL) into `Scenario`s for the K = 1 emotion environment.
+"""The person the emotion environment simulates, from a persona JSONL line or a scenario card.
+
+`Persona` is what the judge and the simulated user read: a person with a background, a
+topic and a hidden intention (what they really need). `load_personas` reads SAGE/RLVER-style
+persona files (JSONL) into `Scenario`s for the environment.
 
 One JSON object per line; blank lines are skipped. Each object describes one
 simulated person. The field names vary between datasets, so each field accepts a
@@ -30,6 +34,8 @@ import math
 import random
 import textwrap
 import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +55,51 @@ FIELDS: dict[str, tuple[str, ...]] = {
 }
 _TEXT_FIELDS = ("persona", "background", "topic", "hidden_intention", "first_message", "name", "category")
 START_RANGE = (30, 40)
+
+
+@dataclass
+class Persona:
+    """The person the emotion environment simulates."""
+
+    id: str
+    persona: str
+    background: str = ""
+    topic: str = ""
+    hidden_intention: str = ""
+    first_message: str = ""
+    name: str = ""
+    initial_emotion: float | None = None
+    needs: list[str] = field(default_factory=list)  # what a good reply would do (card cues); judge only
+
+    @classmethod
+    def from_scenario(cls, scenario: Scenario) -> Persona:
+        """From a persona-JSONL scenario, or from an empathy scenario card (persona, situation, growth arc)."""
+        card = scenario.card
+        if isinstance(card.get("persona"), Mapping):  # a ScenarioCard dump
+            p = card["persona"]
+            description = f"{p['name']}, {p['age']}, {p['occupation']}. " + " ".join(p.get("traits", []))
+            return cls(
+                id=scenario.id,
+                persona=description.strip(),
+                background=card.get("situation", ""),
+                topic=scenario.title,
+                hidden_intention=card.get("growth_arc", ""),
+                first_message=scenario.opening_line,
+                name=p["name"],
+                needs=[cue for cues in card.get("cues", {}).values() for cue in cues],
+            )
+        if not card.get("persona"):
+            raise ValueError(f"scenario {scenario.id!r}: no persona to play (card has no 'persona')")
+        return cls(
+            id=scenario.id,
+            persona=card["persona"],
+            background=card.get("background", ""),
+            topic=card.get("topic", ""),
+            hidden_intention=card.get("hidden_intention", ""),
+            first_message=card.get("first_message", "") or scenario.opening_line,
+            name=card.get("name", ""),
+            initial_emotion=card.get("initial_emotion"),
+        )
 
 
 def seeded_emotion(scenario_id: str, seed: int = 0, start_range: tuple[int, int] = START_RANGE) -> float:
