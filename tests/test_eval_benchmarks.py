@@ -60,7 +60,7 @@ def test_emobench_bad_files_are_named(tmp_path):
     with pytest.raises(BenchmarkDataError, match="EA.jsonl:1: label 'something else' is not one of the choices"):
         emobench.load_emobench(tmp_path, tasks=["EA"])
     (tmp_path / "EA.jsonl").write_text("{not json\n")
-    with pytest.raises(BenchmarkDataError, match="EA.jsonl:1: not valid JSON"):
+    with pytest.raises(BenchmarkDataError, match="EA.jsonl:1: invalid JSON at column 2"):
         emobench.load_emobench(tmp_path, tasks=["EA"])
     with pytest.raises(ValueError, match="task"):
         emobench.load_emobench(FIXTURES / "emobench", tasks=["XX"])

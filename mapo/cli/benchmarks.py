@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -35,15 +35,23 @@ def _bench_responder(model, gguf_file, endpoint, endpoint_model, api_key_env, dt
         raise fail(err) from None
 
 
-def _run_bench(benchmark: str, items, responder, run, out_dir: Path, config: dict, **options):  # type: ignore[no-untyped-def]
-    """Run with a progress bar and write the results folder; a dead endpoint is a clean error."""
+def _run_bench(name: str, module: Any, items: list[Any], responder: Any, out: Optional[Path], config: dict[str, Any],
+               **options: Any) -> None:
+    """Run `module`'s benchmark with a progress bar, write its results folder, print its table;
+    a dead endpoint is a clean error."""
+    from rich.console import Console
+
     from mapo.backends.openai_compat import BackendError
     from mapo.evaluate.bench import run_benchmark
+    from mapo.run_folder import new_run_dir
 
+    out_dir = out or new_run_dir("runs", f"bench-{name}")
     try:
-        return run_benchmark(benchmark, items, responder, run, out_dir, config, **options)
+        results, summary = run_benchmark(name, items, responder, getattr(module, f"run_{name}"), out_dir, config, **options)
     except BackendError as err:
         raise fail(err) from None
+    Console().print(module.summary_table(summary))
+    typer.echo(f"Results: {results}\nPredictions: {out_dir / 'predictions.jsonl'}")
 
 
 @bench_app.command("emobench")
@@ -65,10 +73,7 @@ def bench_emobench(
     out: OutOpt = None,
 ) -> None:
     """EmoBench (EA, EU): accuracy per category and Overall, per language, with parse failures."""
-    from rich.console import Console
-
     from mapo.evaluate import emobench
-    from mapo.run_folder import new_run_dir
 
     try:
         items = emobench.load_emobench(data, tasks=task, languages=language, categories=category, limit=limit)
@@ -77,15 +82,9 @@ def bench_emobench(
     if not items:
         raise fail(ValueError("no EmoBench items left after the language/category filters"))
     responder = _bench_responder(model, gguf_file, endpoint, endpoint_model, api_key_env, dtype, batch_size)
-    out_dir = out or new_run_dir("runs", "bench-emobench")
     config = {"data": str(data), "tasks": task, "languages": language, "categories": category, "limit": limit}
-    results, summary = _run_bench(
-        "emobench", items, responder, emobench.run_emobench, out_dir, config,
-        batch_size=batch_size, max_tokens=max_tokens, temperature=temperature,
-    )
-    console = Console()
-    console.print(emobench.summary_table(summary))
-    typer.echo(f"Results: {results}\nPredictions: {out_dir / 'predictions.jsonl'}")
+    _run_bench("emobench", emobench, items, responder, out, config,
+               batch_size=batch_size, max_tokens=max_tokens, temperature=temperature)
 
 
 @bench_app.command("eqbench")
@@ -105,22 +104,13 @@ def bench_eqbench(
     out: OutOpt = None,
 ) -> None:
     """EQ-Bench v2, full-scale scoring: benchmark score over parseable items and the parse rate."""
-    from rich.console import Console
-
     from mapo.evaluate import eqbench
-    from mapo.run_folder import new_run_dir
 
     try:
         items = eqbench.load_eqbench(data, limit=limit, ids=item)
     except ValueError as err:
         raise fail(err) from None
     responder = _bench_responder(model, gguf_file, endpoint, endpoint_model, api_key_env, dtype, batch_size)
-    out_dir = out or new_run_dir("runs", "bench-eqbench")
     config = {"data": str(data), "items_selected": item, "limit": limit}
-    results, summary = _run_bench(
-        "eqbench", items, responder, eqbench.run_eqbench, out_dir, config,
-        batch_size=batch_size, max_tokens=max_tokens, temperature=temperature,
-    )
-    console = Console()
-    console.print(eqbench.summary_table(summary))
-    typer.echo(f"Results: {results}\nPredictions: {out_dir / 'predictions.jsonl'}")
+    _run_bench("eqbench", eqbench, items, responder, out, config,
+               batch_size=batch_size, max_tokens=max_tokens, temperature=temperature)

@@ -29,7 +29,6 @@ normalisation expects. Errors are `CardError`s naming the file and the line.
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import textwrap
@@ -41,6 +40,7 @@ from typing import Any
 
 from mapo.envs.empathy.cards import CardError
 from mapo.types import Scenario
+from mapo.validation import json_lines
 
 FIELDS: dict[str, tuple[str, ...]] = {
     "persona": ("persona", "profile", "player"),
@@ -173,22 +173,10 @@ def load_personas(path: str | Path, start_seed: int = 0) -> list[Scenario]:
     """Every persona in a JSONL file, in file order; CardError names file and line on any problem.
     `start_seed` picks the start emotion of personas that give none."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CardError(f"{path}: cannot read persona file: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise CardError(f"{path}: persona file is not UTF-8 text ({exc.reason})") from None
     scenarios: list[Scenario] = []
     first_line: dict[str, int] = {}
-    for line_no, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
+    for line_no, obj in json_lines(path, "persona file", CardError):
         where = f"{path}:{line_no}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise CardError(f"{where}: invalid JSON at column {exc.colno}: {exc.msg}") from None
         scenario = parse_persona(obj, where, default_id=f"{path.stem}-{line_no}", start_seed=start_seed)
         if scenario.id in first_line:
             raise CardError(f"{where}: field 'id': {scenario.id!r} is already used on line {first_line[scenario.id]}")

@@ -51,7 +51,7 @@ from pydantic import ValidationError
 from mapo.envs.dynamics import initial_vector
 from mapo.envs.empathy.cards import CATEGORIES, INDICATOR_KEYS, CardError, ScenarioCard
 from mapo.types import AXES, Scenario
-from mapo.validation import describe_validation_error
+from mapo.validation import describe_validation_error, read_text
 
 SECTIONS = ("character_info", "empathy_threshold", "psychological_profile", "experience", "scenario")
 
@@ -393,12 +393,7 @@ def _script_stages(script: Path) -> list[dict[str, str]]:
 def load_empa_card(path: str | Path, *, category: str | None = None) -> ScenarioCard:
     """Read one EMPA markdown case card; CardError names file, section (and line) on any problem."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CardError(f"{path}: cannot read card: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise CardError(f"{path}: card is not UTF-8 text ({exc.reason})") from None
+    text = read_text(path, "card", CardError)
     if category is not None and category not in CATEGORIES:
         raise ValueError(f"category={category!r} is not one of {', '.join(CATEGORIES)}")
     card = _Card(path, _split_sections(path, text))
