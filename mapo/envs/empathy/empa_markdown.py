@@ -48,8 +48,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from mapo.envs.dynamics import initial_vector
-from mapo.envs.empathy.cards import CATEGORIES, INDICATOR_KEYS, CardError, ScenarioCard
+from mapo.envs.dynamics import INDICATOR_KEYS, initial_vector
+from mapo.envs.empathy.cards import CATEGORIES, CardError, ScenarioCard
 from mapo.types import AXES, Scenario
 from mapo.validation import describe_validation_error, read_text
 

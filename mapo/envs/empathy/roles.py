@@ -12,11 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from mapo.envs.dynamics import LEVEL_KEYS
+
 if TYPE_CHECKING:
     from mapo.envs.dynamics import NeedState
     from mapo.envs.empathy.cards import ScenarioCard
 
-LEVEL_KEYS = ("C_prog", "A_prog", "P_prog", "C_neg", "A_neg", "P_neg")
 NEUTRAL_LEVELS: dict[str, int] = {k: 0 for k in LEVEL_KEYS}
 
 DirectorAction = Literal["continue", "reveal_stage", "reveal_memory", "steer", "turning_point", "confused", "end"]
