@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from mapo.backends.openai_compat import BackendError, shared_stats
+from mapo.backends.endpoint import BackendError
+from mapo.backends.openai_compat import shared_stats
 from mapo.config import TrainConfig, config_dict, dump_config, load_config
 from mapo.envs.base import environment_factory, load_scenarios
 from mapo.losses import packed_sequence

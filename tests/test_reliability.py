@@ -21,11 +21,8 @@ import torch
 from tiny_policy import ToyEnvironment, tiny_policy, toy_scenarios
 from typer.testing import CliRunner
 
-from mapo.backends.openai_compat import (
-    BackendUnavailable,
-    ChatBackend,
-    ChatBackendConfig,
-)
+from mapo.backends.endpoint import BackendUnavailable, ChatBackendConfig
+from mapo.backends.openai_compat import ChatBackend
 from mapo.cli import app
 from mapo.config import AdvantageSpec, TrainConfig, load_config
 from mapo.losses import LossSpec, packed_sequence

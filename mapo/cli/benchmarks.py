@@ -41,7 +41,7 @@ def _run_bench(name: str, module: Any, items: list[Any], responder: Any, out: Op
     a dead endpoint is a clean error."""
     from rich.console import Console
 
-    from mapo.backends.openai_compat import BackendError
+    from mapo.backends.endpoint import BackendError
     from mapo.evaluate.bench import run_benchmark
     from mapo.run_folder import new_run_dir
 

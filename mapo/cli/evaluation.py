@@ -51,7 +51,7 @@ def eval_command(
     """Run a policy on a scenario set with EMPA's evaluation settings; write eval.json, transcripts and a viewer."""
     import json
 
-    from mapo.backends.openai_compat import BackendError
+    from mapo.backends.endpoint import BackendError
     from mapo.evaluate.checkpoints import load_eval_policy, run_config
     from mapo.evaluate.empa import hacking_line
     from mapo.evaluate.responders import endpoint_policy

@@ -672,7 +672,7 @@ def make_llm_role(role: str, options: Mapping[str, Any]) -> LLMJudge | LLMDirect
     With `transport` set to another chat transport (mapo.backends.transports), every
     key that is not the role's goes to that transport instead.
     """
-    from mapo.backends.openai_compat import ChatBackendConfig
+    from mapo.backends.endpoint import ChatBackendConfig
     from mapo.backends.transports import chat_client
 
     if role not in LLM_ROLES:
