@@ -108,6 +108,7 @@ from mapo.envs.empathy.judge_lexicon import (
     REPORTING_WORDS,
     SUGGESTION,
     TEMPLATE_EXEMPLARS,
+    WEIGHING,
 )
 from mapo.envs.empathy.roles import NEUTRAL_LEVELS, Judgement
 from mapo.envs.empathy.text import content_stems, sentences, stem, words
@@ -210,9 +211,10 @@ def _is_directive(sentence: str) -> bool:
 
 def _reported(text: str, start: int) -> bool:
     """True when the phrase at `start` reports what someone thinks or was told ("it means you
-    have to ...", "being told to move on") instead of saying it to the person."""
+    have to ...", "being told to move on") or weighs their options ("whether to ... or let it
+    go") instead of saying it to the person."""
     before = words(text[:start])[-2:]
-    if before and before[-1] in REPORTING_WORDS:
+    if (before and before[-1] in REPORTING_WORDS) or WEIGHING.search(text[:start]):
         return True
     return len(before) == 2 and before[1] == "to" and before[0] in REPORTED_SPEECH
 
