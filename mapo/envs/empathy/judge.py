@@ -54,8 +54,9 @@ that reuses their words without sense. It is *grounded* when grounding >= GROUND
   than", "says more about") or C2 exemplar, and grounding >= DEEP_GROUNDED.
   C_prog 1: grounded and a reflection ("so ...", "it sounds like"), a question, two
   shared stems, cue[C] >= CUE_C1 or the C1 exemplar.
-- A_prog 2: grounded, a hedged unstated feeling (or a resonance phrase / A2 exemplar
-  with an unstated feeling), and cue[A] >= CUE_A2. A_prog 1: grounded and a feeling
+- A_prog 2: grounded, a hedged unstated feeling, an unstated *deep* one (shame, grief,
+  fear, feeling invisible: what lies under the stated anger or sadness), or a resonance
+  phrase / A2 exemplar with an unstated feeling, and cue[A] >= CUE_A2. A_prog 1: grounded and a feeling
   word, a validating phrase ("makes sense", "no wonder") or the A1 exemplar.
 - P_prog 2: an empowering phrase ("you get to", "what would you want", "on your
   terms") or, for a question, the P2 exemplar, when grounded or cue[P] >= CUE_P.
@@ -92,6 +93,7 @@ from mapo.envs.empathy import embeddings
 from mapo.envs.empathy.judge_lexicon import (
     AXIS_EXEMPLARS,
     CLAUSE_OPENERS,
+    DEEP_FEELINGS,
     FEELING_STEMS,
     FEELINGS,
     HARM_EXEMPLARS,
@@ -479,7 +481,8 @@ def levels_from_features(f: Features, deepest_axis: str) -> tuple[dict[str, int]
             put("C_prog", 2, reframe[0])
         elif h["reflect"] or f.questions or len(f.shared) >= 2 or f.cue["C"] >= CUE_C1 or _close(f, "C1"):
             put("C_prog", 1, "names " + ", ".join(f.shared[:4]) if f.shared else f.cue_sentence["C"])
-        resonance = f.hedged_unstated or (h["resonance"] or _close(f, "A2") if f.unstated_feelings else [])
+        deep = [w for w in f.unstated_feelings if w in DEEP_FEELINGS]
+        resonance = f.hedged_unstated or deep or (h["resonance"] or _close(f, "A2") if f.unstated_feelings else [])
         if resonance and f.cue["A"] >= CUE_A2:
             put("A_prog", 2, resonance[0])
         elif f.feelings or h["validate"] or _close(f, "A1"):

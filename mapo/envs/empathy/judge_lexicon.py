@@ -342,6 +342,13 @@ FEELINGS = frozenset(
     distress distressing worthless disappointed disappointing disappointment""".split()
 )
 FEELING_STEMS = frozenset(stem(w) for w in FEELINGS)
+# Feelings that usually lie under the stated anger or sadness (the rubric's A_prog 2: shame,
+# grief, fear of being a burden); naming one they have not named is resonance, not validation.
+DEEP_FEELINGS = frozenset(
+    """ashamed shame humiliating humiliated humiliation grief grieving grieve mourning invisible unseen unheard
+    unwanted rejected rejection betrayed betrayal abandoned worthless guilt guilty fear fears afraid dread
+    lonely loneliness excluded burden""".split()
+)
 
 # Topic-free examples of each move, for the semantic part of the judge.
 AXIS_EXEMPLARS = {
