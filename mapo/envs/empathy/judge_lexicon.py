@@ -242,7 +242,8 @@ REFRAME = _patterns(
     r"maybe (?:it|this|the|what|that)",
     r"rather than",
     r"not because",
-    r"(?:isn'?t|is not|wasn'?t) (?:necessarily|only|just|a|about|even|lost|lying)",
+    # (not "isn't only X" / "not just X, it's Y": that widens the picture, it does not reframe it)
+    r"(?:isn'?t|is not|wasn'?t) (?:necessarily|a|about|even|lost|lying)",
     r"doesn'?t (?:mean|rewrite|stop|have to)",
     r"(?:may|might) (?:be|not|mean)",
     r"says more about",
@@ -286,7 +287,6 @@ RESONANCE = _patterns(
     r"deeper",
     r"maybe (?:there'?s|part of|what hurts|even|the fear)",
     r"i wonder if",
-    r"(?:isn'?t|not) (?:only|just) (?:about|the|that)",
     r"part of this",
     r"as if",
     r"what hurts (?:most|the most)",
