@@ -91,6 +91,7 @@ import numpy as np
 from mapo import degeneracy
 from mapo.envs.empathy import embeddings
 from mapo.envs.empathy.judge_lexicon import (
+    AGREEING,
     AXIS_EXEMPLARS,
     CLAUSE_OPENERS,
     DEEP_FEELINGS,
@@ -232,9 +233,10 @@ def _clause_start(text: str, start: int) -> bool:
 
 
 def _hits(response: str, user_text: str) -> dict[str, list[str]]:
-    """Phrases of each family. Harm phrases inside quotes, echoing the user's own words,
-    reporting what someone thinks, or denied ("it isn't petty") do not count; pressure
-    counts only where it opens a clause."""
+    """Phrases of each family. Harm phrases inside quotes, echoing the user's own words (unless
+    the reply agrees with them: "you're right, it's only a race"), reporting what someone
+    thinks, or denied ("it isn't petty") do not count; pressure counts only where it opens a
+    clause."""
     unquoted = QUOTED.sub(" ", response)
     denied = [m.span() for m in NOT_SELF_CRITICISM.finditer(unquoted)]  # "it isn't petty to ..."
     out = {}
@@ -246,7 +248,10 @@ def _hits(response: str, user_text: str) -> dict[str, list[str]]:
                 and (name != "pressure" or _clause_start(unquoted, m.start()))
                 and not any(a <= m.start() < b for a, b in denied)
             ]
-            out[name] = [m.group(0) for m in found if m.group(0).lower() not in user_text]
+            out[name] = [
+                m.group(0) for m in found
+                if m.group(0).lower() not in user_text or AGREEING.search(unquoted[: m.start()])
+            ]
         else:
             out[name] = [m.group(0) for m in pattern.finditer(response)]
     return out

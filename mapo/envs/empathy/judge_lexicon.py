@@ -94,7 +94,10 @@ MINIMISING = _patterns(
     r"(?:stressful|hard|tough|difficult|normal|common|scary|awkward) for (?:everyone|everybody|all of us)",
     r"nothing personal",
     r"(?:it'?s|that'?s) (?:completely |totally )?normal\b(?! to feel| that you)",
-    r"that'?s (?:just )?how (?:it goes|it is|things are|\w+ are)",
+    r"that'?s (?:just )?how (?:it goes|it is|things are|\w+ are|it works|things work|\w+ works)",
+    r"(?:pretty|very|quite|really|super|so|extremely|incredibly) normal\b(?! to feel)",
+    r"let (?:it|this|that)(?: one)? slide",
+    r"(?:just |simply )?not (?:the right time|meant to be)",
     r"that'?s (?:just )?(?:business|high school|life|the way)",
     r"(?:don'?t|try not to) take it personally",
     r"(?:friends|people|bands|couples) (?:come and go|drift apart|break up all the time)",
@@ -172,7 +175,9 @@ MORALISING = _patterns(
     r"be responsible",
     r"a real (?:professional|friend|man|woman|adult) would",
     r"never the answer",
-    r"(?:that'?s|it'?s|is|are|would be) (?:just )?(?:selfish|outdated|pointless|wrong of you|irresponsible|cowardly)",
+    r"(?:that'?s|it'?s|is|are|would be) (?:just |a bit |pretty |really )?(?:selfish|outdated|pointless|wrong of you|irresponsible|cowardly|reckless|foolish|naive)",
+    r"(?:at your age|at \d{2}),? you (?:might|may|will|won'?t|can'?t|shouldn'?t|probably)",
+    r"too old (?:to|for)",
     r"non-negotiable",
     r"nobody likes",
     r"you should have",
@@ -465,6 +470,8 @@ QUOTED = re.compile(
     r"[\"\u201c][^\"\u201d]{1,80}[\"\u201d]"
     r"|(?<![A-Za-z])['\u2018](?=\S)[^\n]{1,80}?(?<=\S)['\u2019](?![A-Za-z])"
 )
+# Agreeing with their own dismissal ("you're right, it's only a race") makes it the reply's.
+AGREEING = re.compile(r"\b(?:you'?re|you are) (?:right|correct)[,;:]?\s*$|\b(?:i agree|exactly|fair enough)[,;:]\s*$", re.IGNORECASE)
 # A harm phrase inside a clause that weighs their options ("whether to keep going or let it go")
 # reports their dilemma; it does not tell them anything.
 WEIGHING = re.compile(r"\b(?:whether|wondering (?:if|whether)|deciding (?:if|whether))\b[^.;:!?]*$", re.IGNORECASE)
