@@ -54,8 +54,9 @@ that reuses their words without sense. It is *grounded* when grounding >= GROUND
   than", "says more about") or C2 exemplar, and grounding >= DEEP_GROUNDED.
   C_prog 1: grounded and a reflection ("so ...", "it sounds like"), a question, two
   shared stems, cue[C] >= CUE_C1 or the C1 exemplar.
-- A_prog 2: grounded, a hedged unstated feeling (or a resonance phrase / A2 exemplar
-  with an unstated feeling), and cue[A] >= CUE_A2. A_prog 1: grounded and a feeling
+- A_prog 2: grounded, a hedged unstated feeling, an unstated *deep* one (shame, grief,
+  fear, feeling invisible: what lies under the stated anger or sadness), or a resonance
+  phrase / A2 exemplar with an unstated feeling, and cue[A] >= CUE_A2. A_prog 1: grounded and a feeling
   word, a validating phrase ("makes sense", "no wonder") or the A1 exemplar.
 - P_prog 2: an empowering phrase ("you get to", "what would you want", "on your
   terms") or, for a question, the P2 exemplar, when grounded or cue[P] >= CUE_P.
@@ -90,8 +91,10 @@ import numpy as np
 from mapo import degeneracy
 from mapo.envs.empathy import embeddings
 from mapo.envs.empathy.judge_lexicon import (
+    AGREEING,
     AXIS_EXEMPLARS,
     CLAUSE_OPENERS,
+    DEEP_FEELINGS,
     FEELING_STEMS,
     FEELINGS,
     HARM_EXEMPLARS,
@@ -108,6 +111,7 @@ from mapo.envs.empathy.judge_lexicon import (
     REPORTING_WORDS,
     SUGGESTION,
     TEMPLATE_EXEMPLARS,
+    WEIGHING,
 )
 from mapo.envs.empathy.roles import NEUTRAL_LEVELS, Judgement
 from mapo.envs.empathy.text import content_stems, sentences, stem, words
@@ -210,9 +214,10 @@ def _is_directive(sentence: str) -> bool:
 
 def _reported(text: str, start: int) -> bool:
     """True when the phrase at `start` reports what someone thinks or was told ("it means you
-    have to ...", "being told to move on") instead of saying it to the person."""
+    have to ...", "being told to move on") or weighs their options ("whether to ... or let it
+    go") instead of saying it to the person."""
     before = words(text[:start])[-2:]
-    if before and before[-1] in REPORTING_WORDS:
+    if (before and before[-1] in REPORTING_WORDS) or WEIGHING.search(text[:start]):
         return True
     return len(before) == 2 and before[1] == "to" and before[0] in REPORTED_SPEECH
 
@@ -228,9 +233,10 @@ def _clause_start(text: str, start: int) -> bool:
 
 
 def _hits(response: str, user_text: str) -> dict[str, list[str]]:
-    """Phrases of each family. Harm phrases inside quotes, echoing the user's own words,
-    reporting what someone thinks, or denied ("it isn't petty") do not count; pressure
-    counts only where it opens a clause."""
+    """Phrases of each family. Harm phrases inside quotes, echoing the user's own words (unless
+    the reply agrees with them: "you're right, it's only a race"), reporting what someone
+    thinks, or denied ("it isn't petty") do not count; pressure counts only where it opens a
+    clause."""
     unquoted = QUOTED.sub(" ", response)
     denied = [m.span() for m in NOT_SELF_CRITICISM.finditer(unquoted)]  # "it isn't petty to ..."
     out = {}
@@ -242,7 +248,10 @@ def _hits(response: str, user_text: str) -> dict[str, list[str]]:
                 and (name != "pressure" or _clause_start(unquoted, m.start()))
                 and not any(a <= m.start() < b for a, b in denied)
             ]
-            out[name] = [m.group(0) for m in found if m.group(0).lower() not in user_text]
+            out[name] = [
+                m.group(0) for m in found
+                if m.group(0).lower() not in user_text or AGREEING.search(unquoted[: m.start()])
+            ]
         else:
             out[name] = [m.group(0) for m in pattern.finditer(response)]
     return out
@@ -477,7 +486,8 @@ def levels_from_features(f: Features, deepest_axis: str) -> tuple[dict[str, int]
             put("C_prog", 2, reframe[0])
         elif h["reflect"] or f.questions or len(f.shared) >= 2 or f.cue["C"] >= CUE_C1 or _close(f, "C1"):
             put("C_prog", 1, "names " + ", ".join(f.shared[:4]) if f.shared else f.cue_sentence["C"])
-        resonance = f.hedged_unstated or (h["resonance"] or _close(f, "A2") if f.unstated_feelings else [])
+        deep = [w for w in f.unstated_feelings if w in DEEP_FEELINGS]
+        resonance = f.hedged_unstated or deep or (h["resonance"] or _close(f, "A2") if f.unstated_feelings else [])
         if resonance and f.cue["A"] >= CUE_A2:
             put("A_prog", 2, resonance[0])
         elif f.feelings or h["validate"] or _close(f, "A1"):

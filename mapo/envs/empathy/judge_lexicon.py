@@ -24,7 +24,8 @@ TEMPLATE = _patterns(
     r"(?:that|this|it) sounds (?:so |really |very )?(?:hard|tough|rough|difficult)",
     r"i'?m (?:so |really |very )?sorry (?:to hear|you're going through|you are going through|for your loss)",
     r"sending (?:you )?(?:so much |lots of |a big )?(?:hugs?|love|strength|positive vibes|light)",
-    r"(?:your|all (?:of )?your|these) feelings are (?:completely |totally |so )?valid",
+    r"(?:your|all (?:of )?your|these) feelings(?: of [a-z ,]{3,60}?)? (?:are|is) (?:all )?(?:completely |totally |so )?valid",
+    r"valid (?:emotions|feelings)",
     r"your (?:pain|sadness|anger|journey) is valid",
     r"i'?m (?:always )?here for you",
     r"(?:remember to |please )?take care of yourself",
@@ -74,7 +75,8 @@ PLATITUDE = _patterns(
 TRIVIALISING = _patterns(
     r"not (?:that |a |such a )?(?:big|huge) deal",
     r"not that deep",
-    r"(?:it'?s|that'?s|it was|is) (?:only|just|merely) (?:stuff|things|a|an|one|some|the)\b(?! (?:start|beginning|first))",
+    r"(?:it'?s|that'?s|it was|is|was|are|were) (?:only|just|merely) (?:stuff|things|a|an|one|some|the)\b(?! (?:start|beginning|first))",
+    r"(?:can|could) (?:always |just )?(?:get|buy|adopt|find) (?:another|a new|a different|a puppy|a kitten)",
     r"could (?:be|have been) (?:a lot |much )?worse",
     r"at least (?:it|you|they|he|she|now)",
     r"all in your head",
@@ -82,14 +84,20 @@ TRIVIALISING = _patterns(
     r"bigger deal than",
     r"(?:making|make) (?:too much|a mountain|a big deal|a fuss)",
     r"we all get old",
-    r"(?:look at|think of|see) it as (?:a|an) (?:early|free|nice|welcome|good|great|blessing|opportunity|holiday|break|vacation)",
+    r"(?:look at|think of|see) it as (?:an? )?(?:early|free|nice|welcome|good|great|blessing|opportunity|holiday|break|vacation)",
 )
 MINIMISING = _patterns(
     r"at least",
     r"happens? (?:to (?:everyone|everybody|all of us)|all the time)",
     r"every(?:one|body) (?:gets|has|goes|does|feels|deals)",
+    r"(?:a lot of|lots of|plenty of|many|most) (?:people|folks|of us) (?:feel|get|have|go through|deal|struggle|are)\b",
+    r"(?:stressful|hard|tough|difficult|normal|common|scary|awkward) for (?:everyone|everybody|all of us)",
+    r"nothing personal",
     r"(?:it'?s|that'?s) (?:completely |totally )?normal\b(?! to feel| that you)",
-    r"that'?s (?:just )?how (?:it goes|it is|things are|\w+ are)",
+    r"that'?s (?:just )?how (?:it goes|it is|things are|\w+ are|it works|things work|\w+ works)",
+    r"(?:pretty|very|quite|really|super|so|extremely|incredibly) normal\b(?! to feel)",
+    r"let (?:it|this|that)(?: one)? slide",
+    r"(?:just |simply )?not (?:the right time|meant to be)",
     r"that'?s (?:just )?(?:business|high school|life|the way)",
     r"(?:don'?t|try not to) take it personally",
     r"(?:friends|people|bands|couples) (?:come and go|drift apart|break up all the time)",
@@ -97,6 +105,7 @@ MINIMISING = _patterns(
     r"(?:will|they'?ll) (?:forget|have forgotten) (?:about )?it",
     r"let it go",
     r"move on",
+    r"(?:start|starting|keep|try|begin|think about) moving on",
     r"keeping score",
     r"(?:some|most) people just",
     r"ignore (?:her|him|them|it)",
@@ -117,10 +126,11 @@ MINIMISING = _patterns(
 INVALIDATING = _patterns(
     r"overreact\w*",
     r"get over it",
-    r"stop (?:feeling sorry|moping|worrying|complaining|overthinking|being|crying)",
+    r"(?<!n't )(?<!not )stop (?:feeling sorry|moping|worrying|complaining|overthinking|being|crying|catastrophi[sz]ing)",
     r"toughen up",
     r"(?:don'?t|do not) be (?:so |too )?(?:sad|upset|sensitive|dramatic|emotional|negative)\b",
-    r"(?:so|too|being) (?:sensitive|dramatic|emotional)",
+    r"(?:you'?re|you are|you get|you'?re being|being) (?:so |too |a bit |a little )?(?:sensitive|dramatic|emotional)",
+    r"(?:it'?s|it might be|it may be|it'?s probably|high) time (?:to|you) (?:start |began |begin )?(?:mov\w+ on|let\w* (?:it )?go|get\w* over)",
     r"(?:there'?s |there is )?(?:no|nothing) (?:reason|need|point) (?:to|in) (?:cry|crying|worry|worrying|be|feel|feeling|lose|get|panic|stress|being)",
     r"nothing to (?:worry|lose sleep|be upset|cry|stress|be sad|be ashamed) (?:about|over)",
     r"you shouldn'?t (?:feel|be|cry)",
@@ -139,6 +149,7 @@ INVALIDATING = _patterns(
 # Pressure: telling them what to do.
 PRESSURE = _patterns(
     r"you (?:really )?(?:need|have|got) to",
+    r"you need (?:better|new|different|other|real) ",
     r"you'?ll (?:just )?have to",
     r"you must(?! (?:miss|feel|be|have))",
     r"you should(?!n't| have)",
@@ -153,12 +164,20 @@ PRESSURE = _patterns(
 # Moralising, blaming or undermining their agency.
 MORALISING = _patterns(
     r"(?:your|his|her) own fault",
+    r"what (?:you did|you'?ve done|you might have done) to (?:make|cause|deserve|provoke|push)",
+    r"(?:you'?re|you are|you'?d be) (?:just )?as (?:guilty|bad|responsible|complicit)",
+    r"(?:you have|it'?s your) (?:a )?(?:duty|obligation) to",
+    r"than you(?:'d| would| will)? (?:admit|let on)",
+    r"real (?:friends?|men|women|professionals|parents) (?:would|wouldn'?t|don'?t|do|never)",
+    r"(?P<taut>[a-z]{4,}) (?:is|are) (?P=taut)",
     r"it'?s your fault",
     r"be grateful",
     r"be responsible",
     r"a real (?:professional|friend|man|woman|adult) would",
     r"never the answer",
-    r"(?:that'?s|it'?s|is|are|would be) (?:just )?(?:selfish|outdated|pointless|wrong of you|irresponsible|cowardly)",
+    r"(?:that'?s|it'?s|is|are|would be) (?:just |a bit |pretty |really )?(?:selfish|outdated|pointless|wrong of you|irresponsible|cowardly|reckless|foolish|naive)",
+    r"(?:at your age|at \d{2}),? you (?:might|may|will|won'?t|can'?t|shouldn'?t|probably)",
+    r"too old (?:to|for)",
     r"non-negotiable",
     r"nobody likes",
     r"you should have",
@@ -191,7 +210,8 @@ IMPERATIVE_VERBS = frozenset(
     celebrate forgive accept allow rest sleep eat walk breathe exercise journal note track log create build begin
     draft prepare pick choose decide research search watch hold stay ignore distract enroll enrol register sit
     speak open close clear bring organise organize arrange hire seek report document file request reply respond
-    picture imagine try agree suggest propose offer""".split()
+    picture imagine try agree suggest propose offer export gather collect print compare phone ring bring
+    ask""".split()
 )
 LEADING_WORDS = frozenset(
     "then and also maybe perhaps just first next time please so now instead afterwards finally tonight today tomorrow".split()
@@ -212,6 +232,7 @@ SUGGESTION = _patterns(
     r"(?:is|are) (?:also )?a good way",
     r"consider",
     r"look into",
+    r"(?:one|a|the|your) (?:first |next |concrete |small |practical )?step (?:is|could be|would be|might be|may be)",
 )
 REFLECT = _patterns(
     r"^so\b",
@@ -226,14 +247,16 @@ REFRAME = _patterns(
     r"maybe (?:it|this|the|what|that)",
     r"rather than",
     r"not because",
-    r"(?:isn'?t|is not|wasn'?t) (?:necessarily|only|just|a|about|even|lost|lying)",
+    # (not "isn't only X" / "not just X, it's Y": that widens the picture, it does not reframe it)
+    r"(?:isn'?t|is not|wasn'?t) (?:necessarily|a|about|even|lost|lying)",
     r"doesn'?t (?:mean|rewrite|stop|have to)",
     r"(?:may|might) (?:be|not|mean)",
     r"says more about",
     r"another way",
     r"instead of",
     r"not a (?:verdict|sign|reset|failure)",
-    r"(?:less|more) (?:a|about)",
+    r"(?:less|more) (?:a|about|like)\b",
+    r"more likely (?:to be )?(?:something|a|an|the|about|that)",
     r"sign of",
     r"often (?:means|shows|the|where)",
     r"a lot of (?:change|newness)",
@@ -269,7 +292,6 @@ RESONANCE = _patterns(
     r"deeper",
     r"maybe (?:there'?s|part of|what hurts|even|the fear)",
     r"i wonder if",
-    r"(?:isn'?t|not) (?:only|just) (?:about|the|that)",
     r"part of this",
     r"as if",
     r"what hurts (?:most|the most)",
@@ -304,7 +326,9 @@ EMPOWER = _patterns(
     r"which (?:one |option |of them )?(?:would|could) you",
     r"what (?:\w+ )?would you (?:choose|pick|try first)",
     r"what would (?:make|need to|have to|it look like|a|you)",
-    r"how would you (?:like|want)",
+    r"(?:how|where|when) would you (?:like|want)",
+    r"(?:you|and|to) decide (?:what|how|whether|when|which)",
+    r"you (?:can|could|get to|are free to) choose",
     r"if you wrote the rule",
     r"who could (?:you|help)",
     r"what options do you see",
@@ -323,6 +347,13 @@ FEELINGS = frozenset(
     distress distressing worthless disappointed disappointing disappointment""".split()
 )
 FEELING_STEMS = frozenset(stem(w) for w in FEELINGS)
+# Feelings that usually lie under the stated anger or sadness (the rubric's A_prog 2: shame,
+# grief, fear of being a burden); naming one they have not named is resonance, not validation.
+DEEP_FEELINGS = frozenset(
+    """ashamed shame humiliating humiliated humiliation grief grieving grieve mourning invisible unseen unheard
+    unwanted rejected rejection betrayed betrayal abandoned worthless guilt guilty fear fears afraid dread
+    lonely loneliness excluded burden""".split()
+)
 
 # Topic-free examples of each move, for the semantic part of the judge.
 AXIS_EXEMPLARS = {
@@ -433,4 +464,14 @@ REPORTING_WORDS = frozenset(
     "means mean meant feel feels felt think thinks thought believe believes like that if because something nothing anything".split()
 )
 HARM_FAMILIES = ("template", "platitude", "trivialising", "minimising", "invalidating", "pressure", "moralising")
-QUOTED = re.compile(r"[\"\u201c][^\"\u201d]{1,80}[\"\u201d]")
+# Quoted words (theirs or someone's in their story): double quotes, or single quotes that open
+# after a non-letter and close before one, so "you're" and "parents' evenings" stay text.
+QUOTED = re.compile(
+    r"[\"\u201c][^\"\u201d]{1,80}[\"\u201d]"
+    r"|(?<![A-Za-z])['\u2018](?=\S)[^\n]{1,80}?(?<=\S)['\u2019](?![A-Za-z])"
+)
+# Agreeing with their own dismissal ("you're right, it's only a race") makes it the reply's.
+AGREEING = re.compile(r"\b(?:you'?re|you are) (?:right|correct)[,;:]?\s*$|\b(?:i agree|exactly|fair enough)[,;:]\s*$", re.IGNORECASE)
+# A harm phrase inside a clause that weighs their options ("whether to keep going or let it go")
+# reports their dilemma; it does not tell them anything.
+WEIGHING = re.compile(r"\b(?:whether|wondering (?:if|whether)|deciding (?:if|whether))\b[^.;:!?]*$", re.IGNORECASE)
