@@ -36,7 +36,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from mapo.envs.empathy.judge_lexicon import QUOTED
-from mapo.envs.empathy.text import STOPWORDS, content_stems, sentences, stem, words
+from mapo.text import STOPWORDS, content_stems, sentences, stem, words
 
 ECHO_N = 4  # echo: share of the reply's word 4-grams found in the user's messages
 MIN_FUNCTION_SHARE = 0.2  # below this share of stopwords over >= 6 words, no real sentences

@@ -14,14 +14,15 @@ import pytest
 from mapo.envs.base import ENVIRONMENTS, make_environment
 from mapo.envs.dynamics import DynamicsConfig, NeedState, levels_to_vector
 from mapo.envs.empathy import embeddings
-from mapo.envs.empathy.actor import CONFUSED, REACTIONS, OfflineActor, first_person
+from mapo.envs.empathy.actor import CONFUSED, REACTIONS, OfflineActor
+from mapo.envs.first_person import first_person
 from mapo.envs.empathy.cards import ScenarioCard, bundled_scenarios
 from mapo.envs.empathy.director import RuleDirector
 from mapo.envs.empathy.env import EmpathyEnvironment
 from mapo.envs.empathy.judge import JudgeContext, OfflineJudge
 from mapo.envs.empathy.registry import ROLES, make_role, register_role
 from mapo.envs.empathy.roles import NEUTRAL_LEVELS, Direction, Judgement
-from mapo.envs.empathy.text import sentences
+from mapo.text import sentences
 
 PRIYA = "career-priya-credit-taken"  # dominant axis P
 DEV = "relationships-dev-friend-went-silent"  # dominant axis A

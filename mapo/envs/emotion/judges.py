@@ -34,7 +34,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from mapo.envs.emotion.persona import Persona
-from mapo.envs.empathy.text import sentences
+from mapo.text import sentences
 
 log = logging.getLogger(__name__)
 

@@ -10,11 +10,11 @@ message twice.
 from __future__ import annotations
 
 import random
-import re
 import zlib
 
 from mapo.envs.emotion.persona import Persona
-from mapo.envs.empathy.text import sentences
+from mapo.envs.first_person import first_person, pronoun_of
+from mapo.text import sentences
 
 
 # Reactions by how the last reply landed, in the user's voice (ours).
@@ -67,71 +67,6 @@ CLOSING_SUCCESS = "Thank you. I honestly feel so much lighter now. I think I kno
 CLOSING_FAILURE = "I think I'm done talking about this. It isn't helping."
 TRUST_EMOTION = 60.0
 
-# Third-person story sentences -> the user's own voice. The persona's pronoun is the
-# one its texts use most; only that pronoun's forms are rewritten ("his daughter ...
-# near her" keeps the daughter's "her" for a man).
-_PRONOUNS = {
-    "he": {"he": "I", "him": "me", "his": "my", "himself": "myself"},
-    "she": {"she": "I", "her": "my", "hers": "mine", "herself": "myself"},
-    "they": {"they": "I", "them": "me", "their": "my", "theirs": "mine", "themselves": "myself"},
-}
-# after "her": a word here means "her" was an object (-> "me"), not a possessive (-> "my")
-_NOT_A_NOUN = frozenset(
-    "a an the and or but to in on at for with from about into that this because when while so too very "
-    "again anymore yet if as of by than".split()
-)
-_AGREEMENT = {"am": "am", "is": "am", "are": "am", "was": "was", "were": "was", "has": "have", "does": "do",
-              "doesn't": "don't", "isn't": "am not", "aren't": "am not", "wasn't": "wasn't", "weren't": "wasn't",
-              "hasn't": "haven't"}
-_NOT_A_VERB = frozenset("always sometimes perhaps thus besides afterwards nevertheless less this".split())
-_ADVERBS = "secretly|really|just|still|also|never|always|often|only|even|sometimes|desperately|quietly"
-
-
-def persona_pronoun(*texts: str) -> str | None:
-    """'he', 'she' or 'they': whichever set of pronouns the texts use most (None if none)."""
-    words = re.findall(r"[a-z]+", " ".join(texts).lower())
-    counts = {key: sum(words.count(w) for w in forms) for key, forms in _PRONOUNS.items()}
-    best = max(counts, key=lambda k: counts[k])
-    return best if counts[best] else None
-
-
-def _verb_for_i(word: str) -> str:
-    low = word.lower()
-    if low in _AGREEMENT:
-        return _AGREEMENT[low]
-    if low in _NOT_A_VERB or not low.endswith("s") or low.endswith(("ss", "us", "is")) or len(low) < 4:
-        return word
-    if low.endswith("ies"):
-        return word[:-3] + "y"
-    if low.endswith(("shes", "ches", "xes", "oes", "sses")):
-        return word[:-2]
-    return word[:-1]
-
-
-def first_person(sentence: str, pronoun: str | None) -> str:
-    """'His laptop died and he has no backup.' -> 'My laptop died and I have no backup.' (for pronoun 'he')."""
-    if pronoun is None:
-        return sentence
-    forms = _PRONOUNS[pronoun]
-
-    def swap(match: re.Match[str]) -> str:
-        low, next_word = match.group(1).lower(), (match.group(2) or "").lower()
-        if low == "her":  # possessive before a noun-like word, otherwise an object
-            return "my" if next_word and next_word not in _NOT_A_NOUN else "me"
-        return forms[low]
-
-    pattern = r"\b(" + "|".join(forms) + r")\b(?=\s+([A-Za-z']+)|)"
-    out = re.sub(pattern, swap, sentence, flags=re.IGNORECASE)
-    out = re.sub(
-        rf"\bI\s+((?:(?:{_ADVERBS})\s+)?)([A-Za-z']+)", lambda m: f"I {m.group(1)}{_verb_for_i(m.group(2))}", out
-    )
-    if re.match(rf"{pronoun}\b", sentence, flags=re.IGNORECASE):  # the person is the subject
-        # "He wants X but is afraid": the elided subject of a joined verb is the person too
-        out = re.sub(r"\b(but|and|or)\s+(is|are|was|were|has|does|doesn't|isn't|aren't|wasn't|weren't|hasn't)\b",
-                     lambda m: f"{m.group(1)} {_verb_for_i(m.group(2))}", out)
-    return out[:1].upper() + out[1:]
-
-
 def _lower_first(text: str) -> str:
     return text if text[:2] == "I " or text[:2] == "I'" else text[:1].lower() + text[1:]
 
@@ -154,9 +89,9 @@ class PersonaActor:
     def reset(self, persona: Persona, seed: int | None = None) -> None:
         key = f"{persona.id}:{0 if seed is None else seed}"
         self.rng = random.Random(zlib.crc32(key.encode("utf-8")))
-        pronoun = persona_pronoun(persona.persona, persona.background, persona.hidden_intention)
-        self.story = [first_person(s, pronoun) for s in sentences(persona.background)]
-        self.secrets = [first_person(s, pronoun) for s in sentences(persona.hidden_intention)]
+        pronoun = pronoun_of([persona.persona, persona.background, persona.hidden_intention])
+        self.story = [first_person(s, pronoun, elided_subject=True) for s in sentences(persona.background)]
+        self.secrets = [first_person(s, pronoun, elided_subject=True) for s in sentences(persona.hidden_intention)]
         self.reactions = {band: self.rng.sample(lines, len(lines)) for band, lines in REACTIONS.items()}
         self.said: set[str] = set()
 

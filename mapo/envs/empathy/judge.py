@@ -114,7 +114,7 @@ from mapo.envs.empathy.judge_lexicon import (
     WEIGHING,
 )
 from mapo.envs.empathy.roles import NEUTRAL_LEVELS, Judgement
-from mapo.envs.empathy.text import content_stems, sentences, stem, words
+from mapo.text import content_stems, sentences, stem, words
 
 if TYPE_CHECKING:
     from mapo.envs.dynamics import NeedState

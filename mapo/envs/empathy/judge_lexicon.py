@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from mapo.envs.empathy.text import stem
+from mapo.text import stem
 
 
 def _patterns(*phrases: str) -> re.Pattern[str]:

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, ValidationInfo, model_validator
 
 from mapo.backends.json_output import ChatClient, request_json, response_format
 from mapo.envs.empathy.roles import LEVEL_KEYS, NEUTRAL_LEVELS, Direction, DirectorAction, Judgement
-from mapo.envs.empathy.text import sentences
+from mapo.text import sentences
 from mapo.types import AXES
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ from mapo.envs.base import Environment, make_environment
 from mapo.envs.emotion import EmotionEnvironment
 from mapo.envs.emotion.judges import EmotionJudgement, LLMEmotionJudge, OfflineEmotionJudge
 from mapo.envs.emotion.persona import Persona, load_personas
-from mapo.envs.emotion.user import first_person, persona_pronoun
+from mapo.envs.first_person import first_person, pronoun_of
 from mapo.envs.empathy.cards import bundled_scenario_dir, bundled_scenarios, load_card
 from mapo.rewards import rewards_from_distances
 
@@ -294,19 +294,21 @@ def test_llm_judge_parses_repairs_and_falls_back(thesis):
     [
         ("he", "His laptop died and he has no backup.", "My laptop died and I have no backup."),
         ("he", "His daughter wants him to move near her.", "My daughter wants me to move near her."),
-        ("she", "She worries that her boss hates her.", "I worry that my boss hates me."),
+        ("she", "She worries that her boss hates her.", "I worry my boss hates me."),
+        ("he", "He secretly wants to go but is afraid of being a burden.", "I secretly want to go but am afraid of being a burden."),
         ("they", "They are tired of their job.", "I am tired of my job."),
         (None, "I lost my job.", "I lost my job."),
     ],
 )
 def test_first_person(pronoun, text, expected):
-    assert first_person(text, pronoun) == expected
+    assert first_person(text, pronoun, elided_subject=True) == expected
 
 
-def test_persona_pronoun():
-    assert persona_pronoun("She lost her job.") == "she"
-    assert persona_pronoun("His thesis is late; he jokes.") == "he"
-    assert persona_pronoun("A nurse on nights.") is None
+def test_pronoun_of():
+    assert pronoun_of(["She lost her job."]) == "she"
+    assert pronoun_of(["His thesis is late; he jokes."]) == "he"  # no sentence starts with a pronoun: forms count
+    assert pronoun_of(["His wife left. He stayed.", "Her letters came back."]) == "he"  # sentence starts first
+    assert pronoun_of(["A nurse on nights."]) is None
 
 
 def test_changes_are_integers_within_bounds(thesis):

@@ -1,4 +1,4 @@
-"""Small text helpers shared by the offline roles: sentences, words, crude stems."""
+"""Small text helpers shared by the offline roles and the reward-hacking monitor: sentences, words, crude stems."""
 
 from __future__ import annotations
 
