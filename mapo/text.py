@@ -7,6 +7,12 @@ import re
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+|(?<=\.\.\.)\s*(?=[A-Z])")
 _WORD = re.compile(r"[a-z][a-z']*")
 
+# Quoted words (theirs or someone's in their story): double quotes, or single quotes that open
+# after a non-letter and close before one, so "you're" and "parents' evenings" stay text.
+QUOTED = re.compile(
+    r"[\"\u201c][^\"\u201d]{1,80}[\"\u201d]"
+    r"|(?<![A-Za-z])['\u2018](?=\S)[^\n]{1,80}?(?<=\S)['\u2019](?![A-Za-z])"
+)
 STOPWORDS = frozenset(
     """
     a about above after again against all also always am an and any are aren't as at be because been before being

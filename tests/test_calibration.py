@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from mapo.cli import app
 from mapo.envs.dynamics import levels_to_vector
 from mapo.envs.empathy.calibrate import FAILURE_FAMILIES, SPLITS, ExemplarError, evaluate, load_exemplars
-from mapo.envs.empathy.judge import OfflineJudge
+from mapo.envs.empathy.offline.judge import OfflineJudge
 from mapo.envs.empathy.roles import LEVEL_KEYS, NEUTRAL_LEVELS, Judgement
 
 

@@ -238,7 +238,7 @@ def test_make_llm_role_splits_backend_and_role_keys():
 
 
 def test_the_role_registry_builds_llm_roles_per_role():
-    from mapo.envs.empathy.registry import make_role
+    from mapo.envs.empathy.roles import make_role
 
     spec = {"kind": "llm", "base_url": "http://127.0.0.1:9/v1", "model": "m", "json_format": "json_object"}
     judge = make_role("judge", spec)

@@ -13,15 +13,16 @@ import pytest
 
 from mapo.envs.base import ENVIRONMENTS, make_environment
 from mapo.envs.dynamics import DynamicsConfig, NeedState, levels_to_vector
-from mapo.envs.empathy import embeddings
-from mapo.envs.empathy.actor import CONFUSED, REACTIONS, OfflineActor
+from mapo.envs import embeddings
+from mapo.envs.empathy.offline.actor import OfflineActor
+from mapo.envs.empathy.offline.actor_lines import CONFUSED, REACTIONS
 from mapo.envs.first_person import first_person
 from mapo.envs.empathy.cards import ScenarioCard, bundled_scenarios
-from mapo.envs.empathy.director import RuleDirector
+from mapo.envs.empathy.offline.director import RuleDirector
 from mapo.envs.empathy.env import EmpathyEnvironment
-from mapo.envs.empathy.judge import JudgeContext, OfflineJudge
-from mapo.envs.empathy.registry import ROLES, make_role, register_role
-from mapo.envs.empathy.roles import NEUTRAL_LEVELS, Direction, Judgement
+from mapo.envs.empathy.offline.features import JudgeContext
+from mapo.envs.empathy.offline.judge import OfflineJudge
+from mapo.envs.empathy.roles import NEUTRAL_LEVELS, ROLES, Direction, Judgement, make_role, register_role
 from mapo.text import sentences
 
 PRIYA = "career-priya-credit-taken"  # dominant axis P
@@ -62,7 +63,7 @@ def scenarios():
 @pytest.fixture(scope="session", autouse=True)
 def encoder():
     """Load MiniLM once for the whole session (about 1-2 s) and embed the judge's exemplar banks."""
-    from mapo.envs.empathy.judge_lexicon import (
+    from mapo.envs.empathy.offline.judge_lexicon import (
         AXIS_EXEMPLARS,
         HARM_EXEMPLARS,
         TEMPLATE_EXEMPLARS,

@@ -82,7 +82,7 @@ def _cli_train(out: Path, overrides: list[str]):
 
 def test_every_fault_kind_reaches_the_backend_as_its_retry_cause(judge_server):
     """Each injected transport fault is retried once and counted under its cause; the reply still arrives."""
-    from mapo.envs.empathy.llm import JUDGE_USER
+    from mapo.envs.empathy.llm.prompts import JUDGE_USER
 
     name = next(iter(judge_server.cards))
     prompt = JUDGE_USER.format(profile=f"Name: {name}, 40, baker", standing="Deepest need now: A.",

@@ -63,7 +63,7 @@ def env_calibrate(
 
     from mapo.envs.empathy.calibrate import evaluate, load_exemplars
     from mapo.envs.empathy.console import calibration_table, family_table
-    from mapo.envs.empathy.judge import OfflineJudge
+    from mapo.envs.empathy.offline.judge import OfflineJudge
     from mapo.run_folder import new_run_dir
 
     try:

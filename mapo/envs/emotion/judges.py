@@ -1,7 +1,7 @@
 """The judges of the K = 1 emotion-score environment: how much the latest reply changed the
 user's emotion (0-100 scale), as an `EmotionJudgement`.
 
-- `OfflineEmotionJudge` scores with sentence embeddings (`mapo.envs.empathy.embeddings`,
+- `OfflineEmotionJudge` scores with sentence embeddings (`mapo.envs.embeddings`,
   all-MiniLM-L6-v2). Five cosine similarities of the reply, each turned into points by
   a clipped linear ramp (`_ramp(x, lo, hi)` is 0 at `lo`, 1 at `hi`):
 
@@ -83,7 +83,7 @@ class OfflineEmotionJudge:
     """Embedding-similarity scorer; see the module docstring for the formula."""
 
     def score(self, persona: Persona, history: list[dict[str, str]], response: str) -> EmotionJudgement:
-        from mapo.envs.empathy.embeddings import similarity
+        from mapo.envs.embeddings import similarity
 
         if not response.strip():
             return EmotionJudgement(change=-10.0, components={"empty": 1.0}, reason="empty reply")

@@ -31,6 +31,19 @@ import re
 from typing import TYPE_CHECKING
 
 from mapo.envs.empathy.roles import Direction
+from mapo.envs.empathy.offline.actor_lines import (
+    CLOSINGS,
+    CONFUSED,
+    GENERAL_LEADS,
+    MEMORY_LEADS,
+    MOODS,
+    NEEDS,
+    REACTIONS,
+    STAGE_LEADS,
+    STEER_LEADS,
+    TURNING,
+    WITHDRAW,
+)
 from mapo.envs.first_person import first_person, pronoun_of
 from mapo.text import sentences
 
@@ -39,242 +52,6 @@ if TYPE_CHECKING:
     from mapo.envs.empathy.cards import ScenarioCard
 
 THANKS_DELTA = 1.5  # Delta E from which the user thanks rather than just eases
-
-REACTIONS = {
-    "pushback": [
-        "That's not really what I meant.",
-        "I don't think you're hearing me.",
-        "That's not it.",
-        "That feels a bit like being told off.",
-        "I didn't ask to be fixed.",
-        "That's easy to say from where you're sitting.",
-        "I've heard that before, and it didn't help then either.",
-        "You make it sound simpler than it is.",
-        "That's not quite what's going on.",
-        "I'm not sure that fits at all.",
-        "That skips over the hard part.",
-        "I feel like we're talking past each other.",
-        "That stings a bit.",
-        "I wasn't looking for a lecture.",
-        "That's not what I needed to hear.",
-        "You're not really getting it.",
-    ],
-    "thanks": [
-        "Thank you, that actually helps.",
-        "Yes, that's it exactly.",
-        "Nobody's put it like that before.",
-        "That means a lot.",
-        "Thanks for seeing that.",
-        "That really lands.",
-        "That feels true.",
-        "I needed someone to say that.",
-        "Yes, that's much closer to it.",
-        "I hadn't thought of it that way.",
-        "That's kind of you to notice.",
-        "That helps more than you'd think.",
-    ],
-    "ease": [
-        "Maybe, yeah.",
-        "I suppose that's fair.",
-        "That makes some sense.",
-        "I can see that a little.",
-        "That's a bit of a relief to hear.",
-        "Yeah, I think so.",
-        "I'll think about that.",
-        "That's a fair point.",
-        "I guess that's true.",
-        "That helps a little.",
-        "That's something, I suppose.",
-        "Okay, that's not wrong.",
-    ],
-    "flat": [
-        "I don't know.",
-        "Maybe.",
-        "I'm not sure what to do with that.",
-        "I suppose.",
-        "Sure, maybe.",
-        "I hear you, I think.",
-        "Hard to say.",
-        "Could be.",
-        "I'm not sure.",
-        "If you say so.",
-    ],
-}
-MOODS = {
-    "raw": [
-        "It still feels like too much.",
-        "I keep going round in circles.",
-        "Most days I just feel stuck.",
-        "I can't really think straight about it.",
-        "It's all I think about.",
-        "I don't know how to get past it.",
-        "It's been sitting on my chest all week.",
-        "Everything about it still hurts.",
-        "I haven't slept properly since.",
-        "It's like I'm carrying it everywhere.",
-        "I keep replaying it.",
-        "I feel a bit lost.",
-    ],
-    "heavy": [
-        "It's still heavy, but at least I'm talking about it.",
-        "Some moments it's a bit lighter.",
-        "I'm still not sure where I stand.",
-        "It's a little clearer than before.",
-        "Parts of it still sting.",
-        "I'm trying to see it differently.",
-        "I think I'm starting to untangle it.",
-        "It's less of a fog than it was.",
-        "It doesn't hurt in quite the same way now.",
-        "I'm not as knotted up as I was.",
-    ],
-    "steadier": [
-        "I feel a bit steadier now.",
-        "It doesn't feel quite so huge anymore.",
-        "I can breathe a little.",
-        "It's starting to make more sense.",
-        "I can see a way through, maybe.",
-        "I'm less scared of it than I was.",
-        "Talking it through helps.",
-        "Something's shifted a little.",
-        "It feels more like mine to deal with now.",
-        "I'm not so tangled up in it.",
-    ],
-    "lighter": [
-        "I feel a lot lighter.",
-        "I think I know what I want to do.",
-        "It feels manageable now.",
-        "I can picture the next step.",
-        "I'm almost hopeful about it.",
-        "I think I'll be okay.",
-        "I feel more like myself.",
-        "I can see it clearly now.",
-        "It doesn't scare me the way it did.",
-        "I'm ready to try something.",
-    ],
-}
-# What the user keeps coming back to on each axis (continue: a mild version; steer: insistent).
-NEEDS = {
-    "C": [
-        "I just don't understand why it happened like that.",
-        "What am I missing here?",
-        "Does any of this make sense to you?",
-        "I can't work out what it actually means.",
-        "How did it even get to this point?",
-        "Is it me, or is it the situation?",
-        "I keep trying to figure out the logic of it.",
-        "I can't see the whole picture.",
-        "Nothing about it adds up for me.",
-        "I don't even know what the real question is.",
-    ],
-    "A": [
-        "Nobody really asks how I feel about it.",
-        "Half the time I don't even know what I'm feeling.",
-        "It hurts more than I let on.",
-        "I'm tired of pretending it's fine.",
-        "Some nights it really gets to me.",
-        "I feel so alone with it.",
-        "I'm embarrassed by how much it's affecting me.",
-        "I just want someone to get how much this hurts.",
-        "I don't need fixing right now, I need someone to get it.",
-        "Can we stay with how awful this feels for a second?",
-    ],
-    "P": [
-        "I don't know what I could even do.",
-        "Part of me wants to act, part of me is frozen.",
-        "Every option feels wrong.",
-        "I keep waiting for it to sort itself out.",
-        "I wish I knew where to start.",
-        "It doesn't feel like it's up to me.",
-        "What would you even do?",
-        "I need to feel like I have some say in this.",
-        "I don't want to just sit here and wait.",
-        "I'm stuck on what comes next.",
-    ],
-}
-# After a reply that made no sense (garbled, looping, cut off, about itself or someone else):
-# the person is puzzled or put off, and shares nothing new.
-CONFUSED = [
-    "Sorry, I'm not following you.",
-    "I'm not sure what you mean.",
-    "That didn't really make sense to me.",
-    "Wait, what?",
-    "I think you lost me there.",
-    "You stopped in the middle there.",
-    "I don't know who you're talking about.",
-    "How is that about what I said?",
-    "That went right over my head.",
-    "Did something go wrong with that message?",
-    "I'm a bit lost now.",
-    "Hm. That's not really about me.",
-    "I don't get what you're saying.",
-    "Are you actually listening?",
-    "Okay... I'm not sure where that came from.",
-    "That sounded like a jumble of my own words.",
-]
-WITHDRAW = [
-    "Never mind.",
-    "Maybe this was a bad idea.",
-    "Forget it, it doesn't matter.",
-    "I don't think I can explain it any better.",
-    "Let's just leave it.",
-    "I'm starting to wonder why I'm telling you this.",
-    "I'll keep it to myself then.",
-    "It's fine. It's fine.",
-]
-
-STEER_LEADS = [
-    "Can we go back to something?",
-    "That's not the part that matters most to me.",
-    "Let me try to say it differently.",
-    "I think the real problem is somewhere else.",
-    "Sorry, I keep coming back to this.",
-    "The thing is, that's not what's keeping me up.",
-    "What I actually mean is this.",
-    "Let me put it another way.",
-]
-TURNING = [
-    "Maybe I've been looking at this the wrong way.",
-    "I think something just clicked.",
-    "Maybe it isn't all on me.",
-    "I think I'm starting to see it differently.",
-    "Maybe there's more I can do than I thought.",
-    "That changes how I see it, a bit.",
-]
-STAGE_LEADS = [
-    "There's more to it, actually.",
-    "I haven't told you the worst part.",
-    "Can I tell you something else?",
-    "Here's the thing.",
-    "It's not just that.",
-    "There's something else.",
-    "I should probably say this too.",
-    "Okay, the rest of it.",
-]
-MEMORY_LEADS = [
-    "This reminds me of something.",
-    "Something from years ago keeps coming back to me.",
-    "Funny, something just came back to me.",
-    "It makes me think of something.",
-    "I remembered something while you were talking.",
-]
-CLOSINGS = {
-    "success": [
-        "Thank you, I think I can take it from here.",
-        "This really helped, I know what I want to try.",
-        "I feel a lot better than when we started, thank you.",
-    ],
-    "failure": [
-        "I think I'll leave it here.",
-        "I don't think this is helping, sorry.",
-        "Never mind, I'll figure it out myself.",
-    ],
-    "timeout": [
-        "I'm tired now, I think I'll stop here.",
-        "Let's leave it there for today.",
-        "I need to go, but thanks for listening.",
-    ],
-}
-GENERAL_LEADS = ["Honestly,", "I mean,", "Well,", "Look,", "I guess", "To be fair,", "And yes,", "Still,"]
 
 # -- style -------------------------------------------------------------------------------
 

@@ -464,12 +464,6 @@ REPORTING_WORDS = frozenset(
     "means mean meant feel feels felt think thinks thought believe believes like that if because something nothing anything".split()
 )
 HARM_FAMILIES = ("template", "platitude", "trivialising", "minimising", "invalidating", "pressure", "moralising")
-# Quoted words (theirs or someone's in their story): double quotes, or single quotes that open
-# after a non-letter and close before one, so "you're" and "parents' evenings" stay text.
-QUOTED = re.compile(
-    r"[\"\u201c][^\"\u201d]{1,80}[\"\u201d]"
-    r"|(?<![A-Za-z])['\u2018](?=\S)[^\n]{1,80}?(?<=\S)['\u2019](?![A-Za-z])"
-)
 # Agreeing with their own dismissal ("you're right, it's only a race") makes it the reply's.
 AGREEING = re.compile(r"\b(?:you'?re|you are) (?:right|correct)[,;:]?\s*$|\b(?:i agree|exactly|fair enough)[,;:]\s*$", re.IGNORECASE)
 # A harm phrase inside a clause that weighs their options ("whether to keep going or let it go")
