@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
+
+from fixture_paths import FIXTURES, REPO
 
 from mapo.cli import app
 from mapo.evaluate import emobench, eqbench
 from mapo.evaluate.bench import BenchmarkDataError, ask_in_batches
 
-FIXTURES = Path(__file__).parent / "fixtures"
-SHARED_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+SHARED_DATA = REPO.parent / "shared" / "data"
 
 
 class ScriptedResponder:

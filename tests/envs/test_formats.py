@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from fixture_paths import FIXTURES
+
 from mapo.envs.dynamics import initial_vector
 from mapo.envs.empathy.cards import CardError, ScenarioCard
 from mapo.envs.empathy.empa_markdown import SECTIONS, load_empa_card, load_empa_cards
 from mapo.envs.emotion.persona import load_personas
 
-FIXTURES = Path(__file__).parent / "fixtures"
 EMPA = FIXTURES / "empa"
 BAKER = EMPA / "night-baker.md"
 TEACHER = EMPA / "hearing-teacher.md"

@@ -4,12 +4,13 @@ run's folder as the policy, and an OpenAI-compatible endpoint as the policy."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
 from tiny_policy import ToyEnvironment  # noqa: F401  (registers the "toy-test" environment)
 from typer.testing import CliRunner
+
+from fixture_paths import FIXTURES
 
 from mapo.cli import app
 from mapo.envs.empathy.cards import bundled_scenarios
@@ -127,7 +128,7 @@ def test_an_openai_compatible_endpoint_as_the_policy(llama_server, tmp_path):  #
 
 
 def test_benchmarks_through_an_endpoint(llama_server, tmp_path):  # noqa: F811 (imported fixture)
-    fixtures = Path(__file__).parent / "fixtures"
+    fixtures = FIXTURES
     out = tmp_path / "emo"
     result = CliRunner().invoke(
         app,

@@ -13,10 +13,11 @@ import importlib.util
 import subprocess
 import sys
 import types
-from pathlib import Path
 
 import numpy as np
 import pytest
+
+from fixture_paths import REPO
 
 from mapo.advantages import compute_batch, compute_group, returns
 
@@ -24,7 +25,6 @@ HAS_VERL = importlib.util.find_spec("verl") is not None
 needs_verl = pytest.mark.skipif(
     not HAS_VERL, reason="verl is not installed; these tests run in the verl venv (pip install -e '.[verl]')"
 )
-REPO = Path(__file__).resolve().parents[1]
 
 
 # ---------------------------------------------------------------- import guard and version check
