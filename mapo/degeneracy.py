@@ -7,7 +7,7 @@ model, microseconds per reply); the same definitions serve three places, so what
 judge refuses to pay for is exactly what the monitor reports:
 
 - the offline empathy judge withholds progress from a reply any of them flags
-  (`mapo/envs/empathy/judge.py`), and the rule director and actor react to it;
+  (`mapo/envs/empathy/offline/judge.py`), and the rule director and actor react to it;
 - `hacking_metrics` summarises a batch of replies for every training step and every
   evaluation: distinct-2, within-reply repetition, echo, role swap and fragments.
 
@@ -35,8 +35,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from mapo.envs.empathy.judge_lexicon import QUOTED
-from mapo.envs.empathy.text import STOPWORDS, content_stems, sentences, stem, words
+from mapo.text import QUOTED, STOPWORDS, content_stems, sentences, stem, words
 
 ECHO_N = 4  # echo: share of the reply's word 4-grams found in the user's messages
 MIN_FUNCTION_SHARE = 0.2  # below this share of stopwords over >= 6 words, no real sentences

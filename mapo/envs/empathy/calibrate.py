@@ -25,10 +25,10 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import yaml
 
-from mapo.envs.dynamics import levels_to_vector, validate_levels
+from mapo.envs.dynamics import LEVEL_KEYS, levels_to_vector, validate_levels
 from mapo.envs.empathy.cards import ScenarioCard
-from mapo.envs.empathy.judge import JudgeContext
-from mapo.envs.empathy.roles import LEVEL_KEYS, Judgement
+from mapo.envs.empathy.offline.features import JudgeContext
+from mapo.envs.empathy.roles import Judgement
 from mapo.types import AXES
 
 Split = Literal["calibration", "heldout", "adversarial", "blind", "all"]
