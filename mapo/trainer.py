@@ -4,37 +4,39 @@ Each step samples B scenarios (deterministically from seed and step), rolls out 
 dialogues per scenario, turns distances into per-turn rewards (mapo.rewards), gets
 advantages from any registered estimator over the whole batch (mapo.advantages), and
 updates the policy on one packed sequence per trajectory with the clipped surrogate
-(mapo.losses). Every random draw of step k is seeded from (seed, k), so a run resumed
-from a checkpoint continues exactly as the uninterrupted run would have.
+(mapo.update, mapo.losses). Optional methods (RAPO, COMPEER) attach through the hooks
+of mapo.methods.base. Every random draw of step k is seeded from (seed, k), so a run
+resumed from a checkpoint continues exactly as the uninterrupted run would have.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-import math
 import random
 import signal
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import reduce
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from mapo.advantages import compute_batch
-from mapo.backends.openai_compat import BackendError, shared_stats
-from mapo.config import AdvantageSpec, EnvSpec, OptimSpec, RewardSpec, TrainConfig, config_dict, dump_config, load_config
-from mapo.envs.base import Environment, make_environment
-from mapo.degeneracy import dialogue_hacking_metrics
-from mapo.losses import LossSpec, TrainSequence, collate, packed_sequence, policy_loss
-from mapo.methods.compeer import apply_format_reward, reasoning_env_factory, reasoning_rollout_spec
-from mapo.methods.rapo import Rapo
-from mapo.policy import Policy, configure_threads, load_policy, resolve_source
+from mapo.backends.endpoint import BackendError
+from mapo.backends.openai_compat import shared_stats
+from mapo.config import TrainConfig, config_dict, dump_config, load_config
+from mapo.envs.base import environment_factory, load_scenarios
+from mapo.losses import packed_sequence
+from mapo.methods import attached_methods
+from mapo.model_source import resolve_source
+from mapo.policy import load_policy
+from mapo.progress import progress_bar
+from mapo.records import rollout_metrics, transcript_records
 from mapo.reliability import (
     TrainingInterrupted,
     TrainingStopped,
@@ -43,267 +45,16 @@ from mapo.reliability import (
     pause_for_test,
     role_metrics,
 )
-from mapo.rewards import rewards_from_distances
 from mapo.rollout import rollout
 from mapo.run_folder import RunFolder, new_run_dir
+from mapo.runtime import configure_threads, seed_everything, step_seed
 from mapo.tracking import Tracking, check_installed
-from mapo.types import Group, Scenario
+from mapo.types import Scenario
+from mapo.update import compute_advantages, fill_rewards, make_optimizer, update
 
-log = logging.getLogger("mapo.trainer")
+log = logging.getLogger(__name__)
 
-RUNTIME_KEYS = (
-    "threads",
-    "time_rollout",
-    "time_generate",
-    "time_env",
-    "time_update",
-    "step_time",
-    "tokens_per_s_rollout",
-    "tokens_per_s_train",
-    "wall_time",
-    "time_redundancy",  # mapo.methods: seconds spent in an optional method's own work
-    "time_distill",
-)
-
-Nested = list[list[list[float | None]]]
-# per-turn info that optional methods add, copied into the transcripts (mapo.methods)
-TRANSCRIPT_EXTRAS = (
-    *("raw_reward", "s_in", "s_hist", "reply", "analysis", "format_complete", "format_reward"),
-    *("reaction", "rank", "rank_score", "critique"),
-)
-
-
-# ---------------------------------------------------------------- setup helpers
-
-
-def step_seed(seed: int, step: int, stream: int = 0) -> int:
-    """A 63-bit seed for step `step` of a run seeded `seed` (independent streams by `stream`)."""
-    return int(np.random.SeedSequence([seed, step, stream]).generate_state(1, dtype=np.uint64)[0] >> 1)
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def environment_factory(spec: EnvSpec) -> Any:
-    """A zero-argument callable making one environment per trajectory (built-ins imported on demand)."""
-    make_environment(spec.name, **spec.options)  # fail now, with the env's own message, on bad options
-
-    def make() -> Environment:
-        return make_environment(spec.name, **spec.options)
-
-    return make
-
-
-def training_scenarios(spec: EnvSpec) -> list[Scenario]:
-    from mapo.envs.empathy.cards import bundled_scenarios, load_scenarios
-
-    if spec.scenarios in ("train", "test", "all"):
-        scenarios = bundled_scenarios(spec.scenarios)  # type: ignore[arg-type]
-    elif spec.scenarios.endswith(".jsonl"):
-        from mapo.envs.persona_jsonl import load_personas
-
-        scenarios = load_personas(spec.scenarios)
-    else:
-        scenarios = load_scenarios(spec.scenarios)
-    if not scenarios:
-        raise ValueError(f"env.scenarios: {spec.scenarios!r} holds no scenarios")
-    return scenarios
-
-
-# ---------------------------------------------------------------- rewards and advantages
-
-
-def fill_rewards(groups: Sequence[Group], spec: RewardSpec) -> dict[str, float]:
-    """Set every turn's reward from its trajectory's distances (and COMPEER reweighting if enabled).
-
-    Returns the step's reward-shaping metrics (empty when no shaping is on).
-    """
-    for group in groups:
-        for trajectory in group.trajectories:
-            for turn, reward in zip(trajectory.turns, rewards_from_distances(trajectory.distances, spec.kind)):
-                turn.reward = reward
-    if spec.redundancy:
-        from mapo.methods.compeer import apply_redundancy
-
-        return apply_redundancy(groups, spec.redundancy_a, spec.redundancy_b)
-    return {}
-
-
-def compute_advantages(groups: Sequence[Group], spec: AdvantageSpec) -> tuple[Nested, dict[str, Nested]]:
-    """Advantages [group][trajectory][turn] (None = no loss) and the estimator's components."""
-    advantages, components = compute_batch(
-        spec.estimator, [g.rewards for g in groups], return_components=True, **spec.params()
-    )
-    return advantages, components  # type: ignore[return-value]
-
-
-# ---------------------------------------------------------------- the update
-
-
-def micro_batches(sequences: Sequence[TrainSequence], token_budget: int) -> list[list[TrainSequence]]:
-    """Consecutive chunks whose padded size (count x longest) stays within `token_budget` (>= 1 sequence)."""
-    chunks: list[list[TrainSequence]] = []
-    for seq in sequences:
-        if chunks:
-            chunk = chunks[-1]
-            width = max(len(seq.input_ids), *(len(s.input_ids) for s in chunk))
-            if width * (len(chunk) + 1) <= token_budget:
-                chunk.append(seq)
-                continue
-        chunks.append([seq])
-    return chunks
-
-
-def update(
-    policy: Policy,
-    optimizer: torch.optim.Optimizer,
-    sequences: Sequence[TrainSequence],
-    optim: OptimSpec,
-    loss_spec: LossSpec,
-    temperature: float = 1.0,
-    rng: np.random.Generator | None = None,
-    auxiliary: Callable[[], torch.Tensor] | None = None,
-) -> dict[str, float]:
-    """`optim.ppo_epochs` passes over the sequences in `optim.minibatches` optimizer steps each.
-
-    `auxiliary`, if given, is called once per optimizer step and its loss added to the
-    step's (RAPO self-distillation, mapo.methods.rapo).
-
-    Per optimizer step the loss is the token-mean over the minibatch's trained tokens
-    (micro-batches accumulate gradients, each divided by that same count). A step
-    whose loss or gradient is not finite is skipped, never applied.
-    """
-    params = policy.trainable_parameters()
-    totals: Counter[str] = Counter()
-    grad_norms: list[float] = []
-    skipped = 0
-    policy.model.train()
-    for _ in range(optim.ppo_epochs):
-        order = rng.permutation(len(sequences)) if rng is not None and optim.minibatches > 1 else range(len(sequences))
-        shuffled = [sequences[i] for i in order]
-        for minibatch in np.array_split(np.arange(len(shuffled)), max(1, min(optim.minibatches, len(shuffled)))):
-            chosen = sorted((shuffled[i] for i in minibatch), key=lambda s: len(s.input_ids))
-            n_tokens = sum(s.n_trained for s in chosen)
-            if n_tokens == 0:
-                continue
-            optimizer.zero_grad(set_to_none=True)
-            loss_value = 0.0
-            for chunk in micro_batches(chosen, optim.micro_batch_tokens):
-                terms = policy_loss(policy, collate(chunk, policy.pad_id), loss_spec, n_tokens, temperature)
-                terms.loss.backward()
-                loss_value += float(terms.loss.detach())
-                totals.update(terms.sums)
-            if auxiliary is not None:
-                extra = auxiliary()
-                extra.backward()
-                loss_value += float(extra.detach())
-            totals["tokens"] += n_tokens
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, optim.max_grad_norm))
-            if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
-                optimizer.zero_grad(set_to_none=True)
-                skipped += 1
-                log.warning("skipped an update: loss %s, gradient norm %s (not finite)", loss_value, grad_norm)
-                continue
-            optimizer.step()
-            grad_norms.append(grad_norm)
-            totals["loss"] += loss_value
-            totals["updates"] += 1
-    policy.model.eval()
-    optimizer.zero_grad(set_to_none=True)
-    tokens = totals["tokens"]
-    per_token = {k: totals[k] / tokens if tokens else 0.0 for k in ("pg_loss", "kl", "kl_old", "entropy", "ratio")}
-    return {
-        "loss": totals["loss"] / totals["updates"] if totals["updates"] else 0.0,
-        "pg_loss": per_token["pg_loss"],
-        "kl": per_token["kl"],
-        "kl_old": per_token["kl_old"],
-        "entropy": per_token["entropy"],
-        "ratio_mean": per_token["ratio"],
-        "clip_fraction": totals["clipped"] / tokens if tokens else 0.0,
-        "grad_norm": float(np.mean(grad_norms)) if grad_norms else 0.0,
-        "grad_norm_max": max(grad_norms, default=0.0),
-        "optimizer_steps": float(totals["updates"]),
-        "skipped_updates": float(skipped),
-        "trained_tokens": float(tokens),
-    }
-
-
-# ---------------------------------------------------------------- metrics and transcripts
-
-
-def _stats(values: Sequence[float], prefix: str) -> dict[str, float]:
-    if not values:
-        return {}
-    a = np.asarray(values, dtype=float)
-    return {
-        f"{prefix}_mean": float(a.mean()),
-        f"{prefix}_std": float(a.std()),
-        f"{prefix}_abs_mean": float(np.abs(a).mean()),
-    }
-
-
-def rollout_metrics(groups: Sequence[Group], advantages: Nested, components: dict[str, Nested]) -> dict[str, float]:
-    trajectories = [t for g in groups for t in g.trajectories]
-    turns = [turn for t in trajectories for turn in t.turns]
-    reasons = Counter(t.done_reason or "unknown" for t in trajectories)
-    metrics: dict[str, float] = {
-        "reward_mean": float(np.mean([turn.reward for turn in turns])),
-        "return_mean": float(np.mean([sum(t.rewards) for t in trajectories])),
-        "success_rate": reasons["success"] / len(trajectories),
-        "turns_mean": float(np.mean([len(t) for t in trajectories])),
-        "final_distance_mean": float(np.mean([t.distances[-1] for t in trajectories])),
-        "response_length_mean": float(np.mean([len(turn.response_ids) for turn in turns])),
-        "truncated_fraction": float(np.mean([turn.truncated for turn in turns])),
-    }
-    metrics.update({f"done_{reason}": count / len(trajectories) for reason, count in sorted(reasons.items())})
-    flat = [a for g in advantages for t in g for a in t if a is not None]
-    metrics["trained_turn_fraction"] = len(flat) / len(turns)
-    metrics.update(_stats(flat, "adv"))
-    for name, values in components.items():
-        metrics.update(_stats([a for g in values for t in g for a in t if a is not None], f"adv_{name}"))
-    # The judge's own degeneracy detectors over the step's replies: the reward-hacking monitor.
-    metrics.update(dialogue_hacking_metrics([(u.user_message, u.response) for u in t.turns] for t in trajectories))
-    return metrics
-
-
-def transcript_records(step: int, groups: Sequence[Group], advantages: Nested) -> list[dict[str, Any]]:
-    records = []
-    for group, group_adv in zip(groups, advantages):
-        for trajectory, traj_adv in zip(group.trajectories, group_adv):
-            records.append(
-                {
-                    "step": step,
-                    "scenario_id": trajectory.scenario_id,
-                    "sample_index": trajectory.sample_index,
-                    "done_reason": trajectory.done_reason,
-                    "return": sum(trajectory.rewards),
-                    "initial_state": list(trajectory.initial_state),
-                    "turns": [
-                        {
-                            "turn": turn.index,
-                            "user": turn.user_message,
-                            "response": turn.response,
-                            "reward": turn.reward,
-                            "advantage": adv,
-                            "action": list(turn.action),
-                            "state": list(turn.state),
-                            "distance": turn.distance,
-                            "levels": turn.levels,
-                            "response_tokens": len(turn.response_ids),
-                            "truncated": turn.truncated,
-                            **{key: turn.info[key] for key in TRANSCRIPT_EXTRAS if key in turn.info},
-                        }
-                        for turn, adv in zip(trajectory.turns, traj_adv)
-                    ],
-                }
-            )
-    return records
-
-
-# ---------------------------------------------------------------- the trainer
+PROGRESS_STATUS = "reward {task.fields[reward]}  return {task.fields[ret]}  success {task.fields[success]}"
 
 
 class Trainer:
@@ -315,24 +66,21 @@ class Trainer:
         seed_everything(config.seed)
         check_installed(config.report_to)  # a missing tracker stops the run now, not after the first hour
         resolve_source(config.policy)  # a missing model file fails before anything slow
-        self.scenarios = training_scenarios(config.env)
-        self.make_env = environment_factory(config.env)
-        self.rollout_spec = reasoning_rollout_spec(config.rollout, config.reasoning)  # + format instructions if on
-        if config.reasoning.enabled:  # only the <reply> part reaches the user and the judge
-            self.make_env = reasoning_env_factory(self.make_env)
+        self.scenarios = load_scenarios(config.env.name, config.env.scenarios)
+        self.methods = attached_methods(config)  # RAPO / COMPEER options that are on, in hook order
+        self.rollout_spec = reduce(lambda spec, m: m.rollout_spec(spec), self.methods, config.rollout)
+        self.make_env = reduce(
+            lambda make, m: m.wrap_environment(make), self.methods, environment_factory(config.env.name, config.env.options)
+        )
+        self.rollout = reduce(lambda fn, m: m.rollout_function(fn), self.methods, rollout)
+        self.transcript_keys = tuple(key for m in self.methods for key in m.transcript_keys)
         self.policy = load_policy(config.policy, seed=config.seed)
         if config.loss.kl_beta > 0:
             self.policy.keep_reference()  # the initial weights, before any update or resumed checkpoint
-        self.optimizer = torch.optim.AdamW(
-            self.policy.trainable_parameters(),
-            lr=config.optim.lr,
-            betas=tuple(config.optim.betas),
-            weight_decay=config.optim.weight_decay,
-        )
+        self.optimizer = make_optimizer(self.policy, config.optim)
         self.step = 0
         self._interruptible = False  # whether Ctrl-C may abort the current step (no state changed yet)
         self._stop_requested = False
-        self.rapo = Rapo(config.rapo)  # RAPO options (hindsight selection, self-distillation); inert when off
 
     # ---- checkpoints
 
@@ -344,7 +92,7 @@ class Trainer:
                 {
                     "step": self.step,
                     "optimizer": self.optimizer.state_dict(),
-                    "rapo": self.rapo.state_dict(),  # the EMA teacher, when RAPO distils from one
+                    **{m.name: m.state_dict() for m in self.methods},  # e.g. RAPO's EMA teacher
                     "rng": {
                         "torch": torch.get_rng_state(),
                         "numpy": np.random.get_state(),
@@ -362,7 +110,8 @@ class Trainer:
         self.policy.load_trained(folder / "policy")
         state = torch.load(folder / "trainer_state.pt", weights_only=False)
         self.optimizer.load_state_dict(state["optimizer"])
-        self.rapo.load_state_dict(state.get("rapo", {}), self.policy)
+        for method in self.methods:
+            method.load_state_dict(state.get(method.name, {}), self.policy)
         torch.set_rng_state(state["rng"]["torch"])
         np.random.set_state(state["rng"]["numpy"])
         random.setstate(state["rng"]["python"])
@@ -383,7 +132,7 @@ class Trainer:
         backend_before = shared_stats()
         seed_everything(step_seed(cfg.seed, step))
         timings: dict[str, float] = {}
-        groups = (self.rapo.rollout if cfg.rapo.branching else rollout)(  # branching: one-turn lookahead groups
+        groups = self.rollout(
             self.policy,
             self.choose_scenarios(step),
             self.make_env,
@@ -396,11 +145,15 @@ class Trainer:
         reliability = {**role_metrics(groups), **backend_delta(backend_before, shared_stats())}
         check_fallback_budget(reliability, cfg.env.max_fallback_fraction, step, run.path)
         self._interruptible = False  # from here the step changes the weights: Ctrl-C waits for its checkpoint
-        reward_metrics = fill_rewards(groups, cfg.reward)
-        if cfg.reasoning.enabled:
-            reward_metrics.update(apply_format_reward(groups, cfg.reasoning.format_weight))
+        fill_rewards(groups, cfg.reward.kind)
+        reward_metrics: dict[str, float] = {}
+        for method in self.methods:
+            reward_metrics.update(method.shape_rewards(groups))
         advantages, components = compute_advantages(groups, cfg.advantage)
-        advantages, method_metrics = self.rapo.select(groups, advantages)
+        method_metrics: dict[str, float] = {}
+        for method in self.methods:
+            advantages, selected = method.select(groups, advantages)
+            method_metrics.update(selected)
         sequences = [
             seq
             for group, group_adv in zip(groups, advantages)
@@ -408,13 +161,13 @@ class Trainer:
             if (seq := packed_sequence(trajectory, traj_adv)) is not None
         ]
         rng = np.random.default_rng(step_seed(cfg.seed, step, stream=3))
-        distill = self.rapo.distillation(self.policy, groups, cfg.rollout.temperature)
+        terms = [t for m in self.methods if (t := m.auxiliary_loss(self.policy, groups, cfg.rollout.temperature))]
         stats = update(
-            self.policy, self.optimizer, sequences, cfg.optim, cfg.loss, cfg.rollout.temperature, rng, auxiliary=distill
+            self.policy, self.optimizer, sequences, cfg.optim, cfg.loss, cfg.rollout.temperature, rng,
+            auxiliary=_summed(terms) if terms else None,
         )
-        self.rapo.after_update(self.policy)
-        if distill is not None:
-            method_metrics.update(distill.metrics())
+        for method in self.methods:
+            method_metrics.update(method.after_update(self.policy))
         done = time.perf_counter()
 
         generated = sum(len(turn.response_ids) for g in groups for t in g.trajectories for turn in t.turns)
@@ -441,14 +194,14 @@ class Trainer:
             }
         )
         if cfg.transcripts_every and step % cfg.transcripts_every == 0:
-            run.log_transcripts(transcript_records(step, groups, advantages))
+            run.log_transcripts(transcript_records(step, groups, advantages, self.transcript_keys))
         return metrics
 
     # ---- the loop
 
-    def _sigint_handler(self) -> Any:
+    @contextlib.contextmanager
+    def _sigint_handler(self) -> Iterator[None]:
         """While training: Ctrl-C aborts a step still rolling out, or lets a step that is updating finish."""
-        import contextlib
 
         def on_sigint(signum: int, frame: Any) -> None:
             if self._interruptible:
@@ -456,18 +209,14 @@ class Trainer:
             self._stop_requested = True
             log.warning("Ctrl-C: finishing step %d, then saving a checkpoint and stopping", self.step + 1)
 
-        @contextlib.contextmanager
-        def installed() -> Any:
-            if threading.current_thread() is not threading.main_thread():
-                yield  # signals reach the main thread only
-                return
-            previous = signal.signal(signal.SIGINT, on_sigint)
-            try:
-                yield
-            finally:
-                signal.signal(signal.SIGINT, previous)
-
-        return installed()
+        if threading.current_thread() is not threading.main_thread():
+            yield  # signals reach the main thread only
+            return
+        previous = signal.signal(signal.SIGINT, on_sigint)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
     def _interrupted(self, run: RunFolder) -> None:
         """Save a checkpoint of the last finished step (unless there is one) and raise TrainingInterrupted."""
@@ -482,29 +231,10 @@ class Trainer:
         """Train from `self.step` to `config.steps`, logging and checkpointing into `run`."""
         cfg = self.config
         tracking = Tracking(cfg.report_to, run.path, config_dict(cfg))
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
+        bar = progress_bar(
+            cfg.steps, "train", completed=self.step, status=PROGRESS_STATUS, show=show_progress, reward="-", ret="-", success="-"
         )
-
-        progress = Progress(
-            TextColumn("[bold]train"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("reward {task.fields[reward]}  return {task.fields[ret]}  success {task.fields[success]}"),
-            TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            console=Console(stderr=True),
-            disable=not show_progress,
-        )
-        with tracking, progress, ThreadPoolExecutor(max_workers=cfg.rollout.env_workers) as pool, self._sigint_handler():
-            task = progress.add_task("train", total=cfg.steps, completed=self.step, reward="-", ret="-", success="-")
+        with tracking, bar as advance, ThreadPoolExecutor(max_workers=cfg.rollout.env_workers) as pool, self._sigint_handler():
             while self.step < cfg.steps:
                 if self._stop_requested:
                     self._interrupted(run)
@@ -525,9 +255,8 @@ class Trainer:
                 tracking.log(metrics, self.step)
                 if self.step % cfg.checkpoint_every == 0 or self.step == cfg.steps:
                     self.save_checkpoint(run)
-                progress.update(
-                    task,
-                    advance=1,
+                advance(
+                    1,
                     reward=f"{metrics['reward_mean']:+.3f}",
                     ret=f"{metrics['return_mean']:+.2f}",
                     success=f"{metrics['success_rate']:.0%}",
@@ -539,18 +268,9 @@ class Trainer:
         return run.path
 
 
-def reward_trend(metrics: Sequence[dict[str, Any]]) -> str:
-    """One line on how the per-turn reward moved: first third vs last third of the steps, and the slope."""
-    steps = [m["step"] for m in metrics]
-    rewards = [m["reward_mean"] for m in metrics]
-    if len(rewards) < 2:
-        return f"reward_mean {rewards[0]:+.3f} (one step)" if rewards else "no steps logged"
-    k = max(1, len(rewards) // 3)
-    slope = float(np.polyfit(steps, rewards, 1)[0])
-    return (
-        f"reward_mean: steps {steps[0]}-{steps[k - 1]} {np.mean(rewards[:k]):+.3f} -> "
-        f"steps {steps[-k]}-{steps[-1]} {np.mean(rewards[-k:]):+.3f} (slope {slope:+.3f} per step)"
-    )
+def _summed(terms: list[Callable[[], torch.Tensor]]) -> Callable[[], torch.Tensor]:
+    """One auxiliary loss from the methods' terms (the first alone when there is one)."""
+    return lambda: sum((term() for term in terms[1:]), terms[0]())
 
 
 def train(

@@ -23,8 +23,10 @@ from mapo.engines.gguf_export import write_model
 from mapo.engines.importance import mismatch_stats
 from mapo.engines.llamacpp import LlamaCppEngine, LlamaCppSpec
 from mapo.engines.llamacpp_worker import Decoder
-from mapo.policy import PolicySpec, embedded_gguf_path, gguf_tokenizer_folder, load_policy
-from mapo.rollout import DEFAULT_SYSTEM_PROMPT
+from mapo.envs.empathy.env import LISTENER_PROMPT
+from mapo.gguf_cache import gguf_tokenizer_folder
+from mapo.model_source import PolicySpec, embedded_gguf_path
+from mapo.policy import load_policy
 
 OPENINGS = [
     "My sister stopped talking to me after the wedding and I don't know why.",
@@ -52,7 +54,7 @@ def decode_speed(path: str, tokenizer: str, threads: int, repeats: int = 2) -> d
 
 
 def mismatch(policy, path: Path, threads: int) -> dict[str, float]:
-    contexts = [policy.first_prompt_ids(DEFAULT_SYSTEM_PROMPT, o) for o in OPENINGS for _ in range(2)]
+    contexts = [policy.first_prompt_ids(LISTENER_PROMPT, o) for o in OPENINGS for _ in range(2)]
     with LlamaCppEngine(policy, 8, 1024, LlamaCppSpec(threads=threads, base_type="source"), source_gguf=path) as engine:
         engine.sync(0)
         torch.manual_seed(0)

@@ -157,14 +157,15 @@ def test_rollout_through_the_engine_keeps_the_sampled_ids(tiny_lora, engine):
 
 @pytest.fixture(scope="module")
 def smollm2():
-    from mapo.policy import PolicySpec, load_policy
+    from mapo.model_source import PolicySpec
+    from mapo.policy import load_policy
 
     return load_policy(PolicySpec(), seed=0)
 
 
 @pytest.fixture(scope="module")
 def smollm2_engine(smollm2, tmp_path_factory):
-    from mapo.policy import embedded_gguf_path
+    from mapo.model_source import embedded_gguf_path
 
     with LlamaCppEngine(
         smollm2, slots=4, context_per_slot=1024, spec=LlamaCppSpec(base_type="source"), source_gguf=embedded_gguf_path(),
@@ -257,7 +258,7 @@ def test_a_model_with_another_vocabulary_is_refused(tiny_lora, tmp_path, monkeyp
     real = tiny_lora.tokenizer.convert_ids_to_tokens
     monkeypatch.setattr(tiny_lora.tokenizer, "convert_ids_to_tokens", lambda ids: ["?" + t for t in real(ids)])
     spec = LlamaCppSpec(threads=1, base_type="source")
-    from mapo.policy import embedded_gguf_path
+    from mapo.model_source import embedded_gguf_path
 
     with pytest.raises(EngineError, match="does not share the policy's vocabulary"):
         LlamaCppEngine(tiny_lora, slots=1, context_per_slot=128, spec=spec, source_gguf=embedded_gguf_path(), workdir=tmp_path)

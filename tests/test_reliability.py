@@ -21,13 +21,10 @@ import torch
 from tiny_policy import ToyEnvironment, tiny_policy, toy_scenarios
 from typer.testing import CliRunner
 
-from mapo.backends.openai_compat import (
-    BackendUnavailable,
-    ChatBackend,
-    ChatBackendConfig,
-)
+from mapo.backends.endpoint import BackendUnavailable, ChatBackendConfig
+from mapo.backends.openai_compat import ChatBackend
 from mapo.cli import app
-from mapo.config import AdvantageSpec, RewardSpec, TrainConfig, load_config
+from mapo.config import AdvantageSpec, TrainConfig, load_config
 from mapo.losses import LossSpec, packed_sequence
 from mapo.rollout import RolloutSpec, rollout
 from mapo.run_folder import RunFolder
@@ -38,7 +35,9 @@ from mapo.testing.fault_proxy import (
     FaultProxy,
 )
 from mapo.testing.judge_server import JudgeServer
-from mapo.trainer import RUNTIME_KEYS, compute_advantages, fill_rewards, train, update
+from mapo.records import RUNTIME_KEYS
+from mapo.trainer import train
+from mapo.update import compute_advantages, fill_rewards, update
 
 TINY = [
     "policy.model=tiny",
@@ -83,7 +82,7 @@ def _cli_train(out: Path, overrides: list[str]):
 
 def test_every_fault_kind_reaches_the_backend_as_its_retry_cause(judge_server):
     """Each injected transport fault is retried once and counted under its cause; the reply still arrives."""
-    from mapo.envs.empathy.llm import JUDGE_USER
+    from mapo.envs.empathy.llm.prompts import JUDGE_USER
 
     name = next(iter(judge_server.cards))
     prompt = JUDGE_USER.format(profile=f"Name: {name}, 40, baker", standing="Deepest need now: A.",
@@ -348,7 +347,7 @@ ESTIMATORS = ("mapo", "turn", "batch", "grpo", "rloo", "reinforce_pp")
 
 
 def _check_advantages(groups, reward: str, estimator: str):
-    fill_rewards(groups, RewardSpec(kind=reward))
+    fill_rewards(groups, reward)
     advantages, components = compute_advantages(groups, AdvantageSpec(estimator=estimator))
     flat = [a for g in advantages for t in g for a in t if a is not None]
     assert all(math.isfinite(a) for a in flat), (reward, estimator)

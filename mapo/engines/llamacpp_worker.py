@@ -16,7 +16,7 @@ What it does per `sample` request (one turn of a batch of dialogues):
 - tokens are drawn in numpy from softmax(logits / temperature) (top-p optional) with
   the request's seed, and the log-probability recorded is that of the tempered softmax:
   the same quantity the trainer computes, from this engine's own logits;
-- a reply stops at the end-of-turn id, at `max_sentences` sentences (mapo.sentences,
+- a reply stops at the end-of-turn id, at `max_sentences` sentences (mapo.text.count_sentences,
   decoding with the policy's own tokenizer.json) or at `max_new_tokens`.
 
 It imports no torch. Fault injection for tests: MAPO_TEST_ENGINE_CRASH names a file
@@ -38,7 +38,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from mapo.sentences import count_sentences
+from mapo.text import count_sentences
 
 HEADER = struct.Struct("<Q")
 BLOCK = 256  # ids per block of the two-level sampler

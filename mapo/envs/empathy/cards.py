@@ -17,7 +17,6 @@ from mapo.types import AXES, Scenario
 from mapo.validation import describe_validation_error, read_yaml
 
 CATEGORIES = ("career", "relationships", "health", "living", "leisure", "values")
-INDICATOR_KEYS = ("C1", "C2", "C3", "A1", "A2", "A3", "P1", "P2", "P3")
 
 
 # A list entry that must say something (str_strip_whitespace strips it first).
@@ -163,3 +162,11 @@ def bundled_scenarios(split: Literal["train", "test", "all"] = "train") -> list[
     if split not in ("train", "test"):
         raise ValueError(f"unknown split {split!r}; use 'train', 'test' or 'all'")
     return load_scenarios(root / split)
+
+
+def card_scenarios(source: str) -> list[Scenario]:
+    """The empathy environment's scenario source: a bundled split (train, test, all) or a
+    folder (or single file) of cards."""
+    if source in ("train", "test", "all"):
+        return bundled_scenarios(source)  # type: ignore[arg-type]
+    return load_scenarios(source)

