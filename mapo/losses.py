@@ -17,8 +17,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
+from mapo.engines.importance import truncated_importance_weights
 from mapo.policy import Policy
 from mapo.types import Trajectory
 
@@ -30,6 +32,9 @@ class LossSpec:
     eps_low: float = 0.2
     eps_high: float = 0.28
     kl_beta: float = 0.0
+    # truncated importance sampling: a rollout engine other than the trainer's own model (llamacpp)
+    # samples from a behaviour policy b; each token's loss is weighted by min(pi_old / b, tis_cap)
+    tis_cap: float = 2.0
 
     def __post_init__(self) -> None:
         for name in ("eps_low", "eps_high", "kl_beta"):
@@ -38,6 +43,8 @@ class LossSpec:
                 raise ValueError(f"loss.{name} must be a finite number >= 0, got {value}")
         if self.eps_low >= 1:
             raise ValueError(f"loss.eps_low must be < 1 (the ratio floor is 1 - eps_low), got {self.eps_low}")
+        if not math.isfinite(self.tis_cap) or self.tis_cap < 1:
+            raise ValueError(f"loss.tis_cap must be a finite number >= 1, got {self.tis_cap}")
 
 
 @dataclass
@@ -48,6 +55,9 @@ class TrainSequence:
     trained: list[bool]
     advantages: list[float]
     old_logprobs: list[float]
+    # the sampler's log-probs when it was not the trainer's model (the llamacpp engine); old_logprobs
+    # are then the trainer's own, and the loss is importance-weighted by min(old / behaviour, cap)
+    behaviour_logprobs: list[float] | None = None
 
     @property
     def n_trained(self) -> int:
@@ -111,6 +121,7 @@ class Batch:
     trained: torch.Tensor  # bool
     advantages: torch.Tensor
     old_logprobs: torch.Tensor
+    behaviour_logprobs: torch.Tensor  # = old_logprobs for sequences sampled by the trainer's model
 
     def to(self, device: torch.device) -> Batch:
         """The same batch on `device` (itself when already there)."""
@@ -126,6 +137,7 @@ def collate(sequences: Sequence[TrainSequence], pad_id: int) -> Batch:
         trained=torch.zeros(shape, dtype=torch.bool),
         advantages=torch.zeros(shape, dtype=torch.float32),
         old_logprobs=torch.zeros(shape, dtype=torch.float32),
+        behaviour_logprobs=torch.zeros(shape, dtype=torch.float32),
     )
     for row, s in enumerate(sequences):
         n = len(s.input_ids)
@@ -134,6 +146,8 @@ def collate(sequences: Sequence[TrainSequence], pad_id: int) -> Batch:
         batch.trained[row, :n] = torch.tensor(s.trained, dtype=torch.bool)
         batch.advantages[row, :n] = torch.tensor(s.advantages, dtype=torch.float32)
         batch.old_logprobs[row, :n] = torch.tensor(s.old_logprobs, dtype=torch.float32)
+        behaviour = s.old_logprobs if s.behaviour_logprobs is None else s.behaviour_logprobs
+        batch.behaviour_logprobs[row, :n] = torch.tensor(behaviour, dtype=torch.float32)
     return batch
 
 
@@ -163,6 +177,8 @@ class LossTerms:
 
     loss: torch.Tensor
     sums: dict[str, float]  # token sums of pg_loss, clipped, kl, kl_old, entropy, ratio
+    # with importance weighting: (pi_old, behaviour) log-probs of the trained tokens, for the TIS statistics
+    old_and_behaviour: tuple[np.ndarray, np.ndarray] | None = None
 
 
 def policy_loss(
@@ -171,11 +187,17 @@ def policy_loss(
     spec: LossSpec,
     total_tokens: int,
     temperature: float = 1.0,
+    importance: str | None = None,
 ) -> LossTerms:
     """The loss of one micro-batch, normalised by `total_tokens` (trained tokens of the whole batch).
 
     Only positions in `batch.trained` are read: advantages and old log-probs
     elsewhere are never looked at, and nothing else receives a loss.
+
+    `importance` corrects for a sampler that is not the trainer's model (mapo.engines.importance):
+    "current" takes pi_old as the current policy (exact in the first optimizer step of an
+    update, before any weight changed), "given" takes it from `batch.old_logprobs`; each
+    token's loss is weighted by min(pi_old / behaviour, spec.tis_cap), a constant.
     """
     if total_tokens <= 0:
         raise ValueError(f"total_tokens must be > 0, got {total_tokens}")
@@ -187,9 +209,15 @@ def policy_loss(
     mask = batch.trained[:, positions]
     # select before any arithmetic: values at untrained positions never enter the graph
     logp_t = logp[mask]
-    old = batch.old_logprobs[:, positions][mask]
+    old = logp_t.detach() if importance == "current" else batch.old_logprobs[:, positions][mask]
     adv = batch.advantages[:, positions][mask]
     per_token, clipped = clipped_surrogate(logp_t, old, adv, spec.eps_low, spec.eps_high)
+    old_and_behaviour = None
+    if importance is not None:
+        behaviour = batch.behaviour_logprobs[:, positions][mask]
+        old_and_behaviour = (old.detach().cpu().double().numpy(), behaviour.cpu().double().numpy())
+        weights = truncated_importance_weights(*old_and_behaviour, cap=spec.tis_cap)
+        per_token = per_token * torch.as_tensor(weights, dtype=per_token.dtype, device=per_token.device)
     pg_sum = per_token.sum()
     loss_sum = pg_sum
     kl_sum = 0.0
@@ -208,7 +236,7 @@ def policy_loss(
             "entropy": float(entropy[mask].sum()),
             "ratio": float(torch.exp(logp_t - old).sum()),
         }
-    return LossTerms(loss_sum / total_tokens, sums)
+    return LossTerms(loss_sum / total_tokens, sums, old_and_behaviour)
 
 
 # ---------------------------------------------------------------- self-distillation (RAPO)

@@ -30,6 +30,11 @@ RUNTIME_KEYS = (
     "wall_time",
     "time_redundancy",  # mapo.methods: seconds spent in an optional method's own work
     "time_distill",
+    # the rollout engine's weight sync (mapo.engines): seconds, not results
+    "time_sync",
+    "sync_export_s",
+    "sync_load_s",
+    "sync_s",
 )
 
 

@@ -14,10 +14,12 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from mapo.engines import ENGINE_CHOICES
 from mapo.engines.base import RolloutEngine
+from mapo.engines.llamacpp import LlamaCppSpec
 from mapo.envs.base import Environment
 from mapo.policy import KVCache, Policy, Sample
 from mapo.types import Group, Scenario, Trajectory, Turn
@@ -43,8 +45,14 @@ class RolloutSpec:
     system_prompt: str | None = None  # None: the environment's own (its `system_prompt` attribute)
     env_workers: int = 8
     reuse_cache: bool = True  # keep each dialogue's attention cache between turns (no re-prefill of history)
+    # what samples the replies (mapo.engines): auto = llamacpp when llama-cpp-python is installed
+    # and the policy is a Llama-architecture model, else hf (said once); hf | llamacpp as asked
+    engine: str = "auto"
+    llamacpp: LlamaCppSpec = field(default_factory=LlamaCppSpec)
 
     def __post_init__(self) -> None:
+        if self.engine not in ENGINE_CHOICES:
+            raise ValueError(f"rollout.engine must be one of {', '.join(ENGINE_CHOICES)}, got {self.engine!r}")
         for name in ("scenarios_per_step", "samples_per_scenario", "max_turns", "max_new_tokens", "env_workers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"rollout.{name} must be at least 1, got {getattr(self, name)}")

@@ -30,6 +30,9 @@ import torch
 from mapo.backends.endpoint import BackendError
 from mapo.backends.openai_compat import shared_stats
 from mapo.config import TrainConfig, config_dict, dump_config, load_config
+from mapo.engines.base import RolloutEngine
+from mapo.engines.factory import make_engine
+from mapo.engines.hf import HfEngine
 from mapo.envs.base import environment_factory, load_scenarios
 from mapo.losses import packed_sequence
 from mapo.methods import attached_methods
@@ -78,6 +81,7 @@ class Trainer:
         if config.loss.kl_beta > 0:
             self.policy.keep_reference()  # the initial weights, before any update or resumed checkpoint
         self.optimizer = make_optimizer(self.policy, config.optim)
+        self.engine: RolloutEngine = HfEngine(self.policy)  # train() starts the configured one
         self.step = 0
         self._interruptible = False  # whether Ctrl-C may abort the current step (no state changed yet)
         self._stop_requested = False
@@ -118,6 +122,30 @@ class Trainer:
         self.step = int(state["step"])
         run.drop_logs_after(self.step)
 
+    # ---- the rollout engine
+
+    def start_engine(self, log_dir: Path) -> RolloutEngine:
+        """The engine `rollout.engine` asks for, sized to one step's dialogues (mapo.engines.factory).
+
+        A method that replaces the rollout function (RAPO branching) samples in process.
+        """
+        spec, cfg = self.rollout_spec, self.config
+        name = spec.engine
+        if self.rollout is not rollout:
+            if name == "llamacpp":
+                log.warning("rollout.engine=llamacpp: a method's own rollout (RAPO branching) samples with hf")
+            name = "hf"
+        kind, path = resolve_source(cfg.policy)
+        return make_engine(
+            name,
+            self.policy,
+            slots=spec.scenarios_per_step * spec.samples_per_scenario,
+            context_per_slot=spec.max_context_tokens,
+            spec=spec.llamacpp,
+            source_gguf=path if kind == "gguf" else None,
+            log_dir=log_dir,
+        )
+
     # ---- one step
 
     def choose_scenarios(self, step: int) -> list[Scenario]:
@@ -132,6 +160,7 @@ class Trainer:
         backend_before = shared_stats()
         seed_everything(step_seed(cfg.seed, step))
         timings: dict[str, float] = {}
+        self.engine.check_version(step - 1)  # never sample from weights older than the last update
         groups = self.rollout(
             self.policy,
             self.choose_scenarios(step),
@@ -140,6 +169,7 @@ class Trainer:
             seed=step_seed(cfg.seed, step, stream=2) % 2**31,
             pool=pool,
             timings=timings,
+            **({"engine": self.engine} if self.rollout is rollout else {}),
         )
         rolled = time.perf_counter()
         reliability = {**role_metrics(groups), **backend_delta(backend_before, shared_stats())}
@@ -164,10 +194,12 @@ class Trainer:
         terms = [t for m in self.methods if (t := m.auxiliary_loss(self.policy, groups, cfg.rollout.temperature))]
         stats = update(
             self.policy, self.optimizer, sequences, cfg.optim, cfg.loss, cfg.rollout.temperature, rng,
-            auxiliary=_summed(terms) if terms else None,
+            auxiliary=_summed(terms) if terms else None, off_policy=self.engine.name != "hf",
         )
         for method in self.methods:
             method_metrics.update(method.after_update(self.policy))
+        updated = time.perf_counter()
+        sync = self.engine.sync(step)  # the new weights reach the engine before the next rollout
         done = time.perf_counter()
 
         generated = sum(len(turn.response_ids) for g in groups for t in g.trajectories for turn in t.turns)
@@ -177,19 +209,22 @@ class Trainer:
         metrics.update(reward_metrics)
         metrics.update(method_metrics)
         metrics.update(reliability)
+        metrics.update(sync.as_metrics())
         metrics.update(
             {
+                "engine_restarts": float(getattr(self.engine, "restarts", 0)),
                 "lr": self.optimizer.param_groups[0]["lr"],
                 "threads": self.threads,
                 "time_rollout": rolled - started,
                 "time_generate": timings["generate"],
                 "time_env": timings["env"],
-                "time_update": done - rolled,
+                "time_update": updated - rolled,
+                "time_sync": done - updated,
                 "step_time": done - started,
                 "tokens_per_s_rollout": generated / max(rolled - started, 1e-9),
                 "tokens_per_s_train": sum(len(s.input_ids) for s in sequences)
                 * cfg.optim.ppo_epochs
-                / max(done - rolled, 1e-9),
+                / max(updated - rolled, 1e-9),
                 "wall_time": time.time(),
             }
         )
@@ -234,7 +269,15 @@ class Trainer:
         bar = progress_bar(
             cfg.steps, "train", completed=self.step, status=PROGRESS_STATUS, show=show_progress, reward="-", ret="-", success="-"
         )
-        with tracking, bar as advance, ThreadPoolExecutor(max_workers=cfg.rollout.env_workers) as pool, self._sigint_handler():
+        self.engine = self.start_engine(run.path)
+        with (
+            tracking,
+            bar as advance,
+            ThreadPoolExecutor(max_workers=cfg.rollout.env_workers) as pool,
+            self._sigint_handler(),
+            contextlib.closing(self.engine),
+        ):
+            self.engine.sync(self.step)  # the weights the run starts (or resumes) from
             while self.step < cfg.steps:
                 if self._stop_requested:
                     self._interrupted(run)

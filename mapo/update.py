@@ -7,6 +7,7 @@ trains with the same optimizer settings and the same update.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections import Counter
@@ -17,6 +18,7 @@ import torch
 
 from mapo.advantages import compute_batch
 from mapo.config import AdvantageSpec, OptimSpec
+from mapo.engines.importance import mismatch_stats
 from mapo.losses import LossSpec, TrainSequence, collate, policy_loss
 from mapo.policy import Policy
 from mapo.rewards import rewards_from_distances
@@ -80,11 +82,18 @@ def update(
     temperature: float = 1.0,
     rng: np.random.Generator | None = None,
     auxiliary: Callable[[], torch.Tensor] | None = None,
+    off_policy: bool = False,
 ) -> dict[str, float]:
     """`optim.ppo_epochs` passes over the sequences in `optim.minibatches` optimizer steps each.
 
     `auxiliary`, if given, is called once per optimizer step and its loss added to the
     step's (RAPO self-distillation, mapo.methods.rapo).
+
+    `off_policy`: the sequences' old log-probs are a rollout engine's (its behaviour policy,
+    not this model): pi_old becomes the model's own log-prob of the sampled ids and every
+    token's loss is weighted by the truncated importance weight (mapo.engines.importance);
+    the step's `tis_*` statistics are returned. With one optimizer step per update, pi_old is
+    the forward pass's own (detached) log-prob; with more, one no-grad pass computes it first.
 
     Per optimizer step the loss is the token-mean over the minibatch's trained tokens
     (micro-batches accumulate gradients, each divided by that same count). A step
@@ -94,8 +103,15 @@ def update(
     totals: Counter[str] = Counter()
     grad_norms: list[float] = []
     skipped = 0
+    importance = None
+    if off_policy:
+        one_step = optim.ppo_epochs == 1 and min(optim.minibatches, len(sequences)) <= 1
+        importance = "current" if one_step else "given"
+        if not one_step:
+            sequences = with_trainer_logprobs(policy, sequences, optim.micro_batch_tokens, temperature)
+    pairs: list[tuple[np.ndarray, np.ndarray]] = []
     policy.model.train()
-    for _ in range(optim.ppo_epochs):
+    for epoch in range(optim.ppo_epochs):
         order = rng.permutation(len(sequences)) if rng is not None and optim.minibatches > 1 else range(len(sequences))
         shuffled = [sequences[i] for i in order]
         for minibatch in np.array_split(np.arange(len(shuffled)), max(1, min(optim.minibatches, len(shuffled)))):
@@ -106,7 +122,9 @@ def update(
             optimizer.zero_grad(set_to_none=True)
             loss_value = 0.0
             for chunk in micro_batches(chosen, optim.micro_batch_tokens):
-                terms = policy_loss(policy, collate(chunk, policy.pad_id), loss_spec, n_tokens, temperature)
+                terms = policy_loss(policy, collate(chunk, policy.pad_id), loss_spec, n_tokens, temperature, importance)
+                if epoch == 0 and terms.old_and_behaviour is not None:
+                    pairs.append(terms.old_and_behaviour)
                 terms.loss.backward()
                 loss_value += float(terms.loss.detach())
                 totals.update(terms.sums)
@@ -129,7 +147,12 @@ def update(
     optimizer.zero_grad(set_to_none=True)
     tokens = totals["tokens"]
     per_token = {k: totals[k] / tokens if tokens else 0.0 for k in ("pg_loss", "kl", "kl_old", "entropy", "ratio")}
+    mismatch = {}
+    if pairs:
+        old, behaviour = (np.concatenate(side) for side in zip(*pairs))
+        mismatch = mismatch_stats(old, behaviour, loss_spec.tis_cap).as_metrics()
     return {
+        **mismatch,
         "loss": totals["loss"] / totals["updates"] if totals["updates"] else 0.0,
         "pg_loss": per_token["pg_loss"],
         "kl": per_token["kl"],
@@ -143,3 +166,23 @@ def update(
         "skipped_updates": float(skipped),
         "trained_tokens": float(tokens),
     }
+
+
+def with_trainer_logprobs(
+    policy: Policy, sequences: Sequence[TrainSequence], token_budget: int, temperature: float
+) -> list[TrainSequence]:
+    """The sequences with the model's own log-probs as old_logprobs and the sampler's kept as behaviour."""
+    out: list[TrainSequence] = []
+    policy.model.eval()
+    with torch.no_grad():
+        for chunk in micro_batches(sequences, token_budget):
+            batch = collate(chunk, policy.pad_id)
+            logp, _ = policy.token_logprobs(batch.input_ids, batch.attention_mask, batch.trained, temperature)
+            positions = torch.nonzero(batch.trained.any(dim=0)).squeeze(-1).tolist()
+            for row, seq in enumerate(chunk):
+                old = [0.0] * len(seq.input_ids)
+                for column, position in enumerate(positions):
+                    if position < len(seq.input_ids) and seq.trained[position]:
+                        old[position] = float(logp[row, column])
+                out.append(dataclasses.replace(seq, old_logprobs=old, behaviour_logprobs=list(seq.old_logprobs)))
+    return out

@@ -64,7 +64,7 @@ def test_kl_estimate_matches_the_exact_kl():
         ([-1.0, -2.0], [-1.0], 2.0, "differ in shape"),
         ([-1.0, float("nan")], [-1.0, -1.0], 2.0, "old log-probs must be finite"),
         ([-1.0, 0.5], [-1.0, -1.0], 2.0, "old log-probs must be finite and <= 0"),
-        ([-1.0], [-1.0], 0.5, "tis_cap must be a finite number >= 1"),
+        ([-1.0], [-1.0], 0.5, "loss.tis_cap must be a finite number >= 1"),
     ],
 )
 def test_bad_inputs_are_named(old, behaviour, cap, message):

@@ -10,3 +10,4 @@ This package's __init__ imports nothing heavy: the llama.cpp worker process impo
 """
 
 ENGINES = ("hf", "llamacpp")
+ENGINE_CHOICES = ("auto", *ENGINES)  # rollout.engine

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from mapo.engines import ENGINES
+from mapo.engines import ENGINE_CHOICES
 from mapo.engines.base import EngineError, RolloutEngine
 from mapo.engines.gguf_export import ExportError, check_architecture
 from mapo.engines.hf import HfEngine
@@ -25,8 +25,8 @@ _said: set[str] = set()
 
 def resolve_engine(name: str, policy: Policy) -> str:
     """The engine to run for `rollout.engine` = `name`: "hf" or "llamacpp" (auto decides here)."""
-    if name not in (AUTO, *ENGINES):
-        raise ValueError(f"rollout.engine must be one of {AUTO}, {', '.join(ENGINES)}; got {name!r}")
+    if name not in ENGINE_CHOICES:
+        raise ValueError(f"rollout.engine must be one of {', '.join(ENGINE_CHOICES)}; got {name!r}")
     if name != AUTO:
         return name
     reason = missing_requirement()
@@ -50,7 +50,7 @@ def make_engine(
     context_per_slot: int,
     spec: LlamaCppSpec | None = None,
     source_gguf: Path | None = None,
-    workdir: Path | None = None,
+    log_dir: Path | None = None,
 ) -> RolloutEngine:
     """Start the engine `resolve_engine(name, policy)` picks; its weights are unsynced (version -1)."""
     chosen = resolve_engine(name, policy)
@@ -59,4 +59,4 @@ def make_engine(
     problem = missing_requirement()
     if problem:
         raise EngineError(f"rollout.engine=llamacpp: {problem}")
-    return LlamaCppEngine(policy, slots, context_per_slot, spec, source_gguf=source_gguf, workdir=workdir)
+    return LlamaCppEngine(policy, slots, context_per_slot, spec, source_gguf=source_gguf, log_dir=log_dir)

@@ -46,7 +46,7 @@ def _check(old_logprobs: np.ndarray, behaviour_logprobs: np.ndarray, cap: float)
             f"{behaviour_logprobs.shape} differ in shape"
         )
     if not np.isfinite(cap) or cap < 1.0:
-        raise ValueError(f"rollout.tis_cap must be a finite number >= 1, got {cap}")
+        raise ValueError(f"loss.tis_cap must be a finite number >= 1, got {cap}")
     for name, values in (("old", old_logprobs), ("behaviour", behaviour_logprobs)):
         if values.size and not (np.isfinite(values).all() and (values <= 1e-6).all()):
             raise ValueError(f"importance weights: {name} log-probs must be finite and <= 0")

@@ -106,10 +106,12 @@ class LlamaCppEngine:
         spec: LlamaCppSpec | None = None,
         source_gguf: Path | None = None,
         workdir: Path | None = None,
+        log_dir: Path | None = None,
     ) -> None:
         """`source_gguf`: the GGUF file the policy's base weights came from, if any (used as
         the base with `base_type: source`). `slots` sequences of up to `context_per_slot`
-        ids each decode together.
+        ids each decode together. The worker's log goes to `log_dir` (default: `workdir`),
+        which outlives the engine; a `workdir` the engine makes itself is deleted on close.
         """
         problem = missing_requirement()
         if problem:
@@ -125,7 +127,8 @@ class LlamaCppEngine:
         self._own_workdir = workdir is None  # a temporary folder is deleted again by close()
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="mapo-llamacpp-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.log_path = self.workdir / "llamacpp.log"
+        self.log_path = Path(log_dir or self.workdir) / "llamacpp.log"
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         policy.tokenizer.save_pretrained(str(self.workdir / "tokenizer"))
         self.version = -1
         self._weights: dict[str, Any] | None = None  # the last weights loaded, replayed after a restart
