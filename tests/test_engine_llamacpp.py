@@ -262,3 +262,25 @@ def test_a_model_with_another_vocabulary_is_refused(tiny_lora, tmp_path, monkeyp
 
     with pytest.raises(EngineError, match="does not share the policy's vocabulary"):
         LlamaCppEngine(tiny_lora, slots=1, context_per_slot=128, spec=spec, source_gguf=embedded_gguf_path(), workdir=tmp_path)
+
+
+def test_training_on_the_llamacpp_engine_syncs_and_corrects(tmp_path):
+    """Two steps of the trainer on llama.cpp: every step syncs a new version, logs the TIS
+    statistics, and on F32 weights the importance weights stay at 1 (the engine is the model)."""
+    from mapo.config import load_config
+    from mapo.run_folder import RunFolder
+    from mapo.trainer import train
+
+    overrides = ["env.name=empathy", "policy.model=tiny", "policy.lora.r=4", "threads=1", "steps=2",
+                 "rollout.scenarios_per_step=1", "rollout.samples_per_scenario=2", "rollout.max_turns=2",
+                 "rollout.max_new_tokens=6", "rollout.engine=llamacpp", "rollout.llamacpp.base_type=F32",
+                 "rollout.llamacpp.threads=1"]
+    run = train(load_config(None, overrides), output=tmp_path / "run", show_progress=False)
+    metrics = RunFolder(run).read_metrics()
+    assert [m["step"] for m in metrics] == [1, 2]
+    for m in metrics:
+        assert m["sync_s"] > 0 and m["sync_mb"] > 0 and m["engine_restarts"] == 0
+        assert m["tis_tokens"] > 0 and m["tis_truncated_fraction"] == 0
+        assert m["tis_weight_mean"] == pytest.approx(1.0, abs=1e-3) and m["tis_kl_behaviour_old"] < 1e-4
+        assert m["ratio_mean"] == pytest.approx(1.0)  # pi_old is the model's own log-prob in a one-step update
+    assert (run / "llamacpp.log").is_file()

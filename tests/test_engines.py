@@ -239,3 +239,79 @@ def test_auto_engine_picks_llamacpp_for_a_llama_model_when_installed(monkeypatch
     assert factory.resolve_engine("hf", policy) == "hf"
     with pytest.raises(ValueError, match="rollout.engine must be one of auto, hf, llamacpp; got 'vllm'"):
         factory.resolve_engine("vllm", policy)
+
+
+# ---------------------------------------------------------------- the corrected loss
+
+
+def _sequences(policy, seed: int = 0):
+    from mapo.losses import TrainSequence
+
+    torch.manual_seed(seed)
+    out = []
+    for k in range(2):
+        context = policy.first_prompt_ids("Be kind.", f"Tell me something, friend {k}.")
+        sample = policy.sample([context], max_new_tokens=6, temperature=0.7)[0]
+        ids = context + sample.ids
+        trained = [False] * len(context) + [True] * len(sample.ids)
+        out.append(TrainSequence(ids, trained, [0.5 - k] * len(ids), [0.0] * len(context) + sample.logprobs))
+    return out
+
+
+def test_corrected_loss_equals_the_plain_loss_when_behaviour_is_old():
+    """The hf engine's samples: importance weighting changes neither the loss nor its gradient."""
+    from mapo.losses import LossSpec, collate, policy_loss
+
+    policy = tiny_policy(lora=True)
+    batch = collate(_sequences(policy), policy.pad_id)
+    n = int(batch.trained.sum())
+    plain = policy_loss(policy, batch, LossSpec(), n, 0.7)
+    plain.loss.backward()
+    plain_grads = [p.grad.clone() for p in policy.trainable_parameters()]
+    policy.model.zero_grad()
+    for importance in ("given", "current"):
+        corrected = policy_loss(policy, batch, LossSpec(), n, 0.7, importance=importance)
+        corrected.loss.backward()
+        assert float(corrected.loss.detach()) == pytest.approx(float(plain.loss.detach()), rel=1e-4, abs=1e-6)
+        for p, g in zip(policy.trainable_parameters(), plain_grads):
+            assert torch.allclose(p.grad, g, atol=1e-5)
+        policy.model.zero_grad()
+        old, behaviour = corrected.old_and_behaviour
+        assert np.allclose(truncated_importance_weights(old, behaviour), 1.0, atol=1e-4)
+
+
+def test_corrected_loss_weights_each_token():
+    """A behaviour policy that gave a token half the old probability doubles (caps) its weight."""
+    from mapo.losses import LossSpec, collate, policy_loss
+
+    policy = tiny_policy(lora=True)
+    sequences = _sequences(policy)
+    for seq in sequences:  # behaviour log-probs: log(old) - log 4 on every trained token
+        seq.behaviour_logprobs = [lp - math.log(4.0) if t else 0.0 for lp, t in zip(seq.old_logprobs, seq.trained)]
+    batch = collate(sequences, policy.pad_id)
+    n = int(batch.trained.sum())
+    plain = policy_loss(policy, batch, LossSpec(), n, 0.7)
+    capped = policy_loss(policy, batch, LossSpec(tis_cap=2.0), n, 0.7, importance="given")
+    assert float(capped.loss) == pytest.approx(2.0 * float(plain.loss), rel=1e-4)  # w = min(4, 2) on every token
+    loose = policy_loss(policy, batch, LossSpec(tis_cap=10.0), n, 0.7, importance="given")
+    assert float(loose.loss) == pytest.approx(4.0 * float(plain.loss), rel=1e-4)
+
+
+def test_update_with_several_optimizer_steps_takes_pi_old_from_a_first_pass():
+    from mapo.config import OptimSpec
+    from mapo.losses import LossSpec
+    from mapo.update import make_optimizer, update, with_trainer_logprobs
+
+    policy = tiny_policy(lora=True)
+    sequences = _sequences(policy)
+    for seq in sequences:
+        seq.old_logprobs = [lp - 0.1 if t else 0.0 for lp, t in zip(seq.old_logprobs, seq.trained)]  # "engine" numbers
+    prepared = with_trainer_logprobs(policy, sequences, 4096, 0.7)
+    for before, after in zip(sequences, prepared):
+        assert after.behaviour_logprobs == before.old_logprobs
+        trained = [a - b for a, b, t in zip(after.old_logprobs, before.old_logprobs, before.trained) if t]
+        assert np.allclose(trained, 0.1, atol=1e-4)  # the model's own log-probs, 0.1 above the engine's
+    optim = OptimSpec(ppo_epochs=2, minibatches=2)
+    stats = update(policy, make_optimizer(policy, optim), sequences, optim, LossSpec(), 0.7, off_policy=True)
+    assert stats["tis_ratio_mean"] == pytest.approx(math.exp(0.1), rel=1e-3)
+    assert stats["tis_tokens"] == sum(s.n_trained for s in sequences)
