@@ -1,9 +1,13 @@
-"""`mapo bench rollout`: batched multi-turn rollout vs one trajectory at a time.
+"""`mapo bench rollout`: batched vs one trajectory at a time, and the llama.cpp engine vs `hf`.
 
-Both modes run the same policy, environment and caps; the batched one samples all
-active trajectories of a turn in one `generate` call, the sequential one rolls out
-each trajectory alone. Reported: generated tokens per second of generation time and
-of wall time (generation + environment), and their batched/sequential ratios.
+All modes run the same policy, environment, caps and seeds: `batched` samples all
+active trajectories of a turn in one `generate` call (the `hf` engine), `sequential`
+rolls out each trajectory alone, and `llamacpp` (when llama-cpp-python is installed)
+samples the batched dialogues with the llama.cpp engine (mapo.engines.llamacpp), its
+weights synced once first. Reported: generated tokens per second of generation time
+and of wall time (generation + environment), the ratios batched / sequential and
+llamacpp / hf (`llamacpp_over_hf`), the engine's sync time, and the behaviour-vs-torch
+mismatch on its samples (the importance-weight statistics training logs).
 """
 
 from __future__ import annotations
@@ -13,28 +17,38 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
 import torch
 
 from mapo.bench import bench_rollout_spec
 from mapo.config import TrainConfig
+from mapo.engines.base import RolloutEngine
+from mapo.engines.factory import make_engine, resolve_engine
+from mapo.engines.importance import mismatch_stats
+from mapo.engines.llamacpp import missing_requirement
+from mapo.model_source import resolve_source
 from mapo.policy import Policy
 from mapo.rollout import RolloutSpec, rollout
 from mapo.types import Group, Scenario
 
 
-def _measure(
+def measure(
     policy: Policy,
     runs: list[tuple[list[Scenario], RolloutSpec]],
     make_env: Any,
     pool: ThreadPoolExecutor,
     seed: int,
-) -> dict[str, float]:
+    engine: RolloutEngine | None = None,
+) -> tuple[dict[str, float], list[Group]]:
+    """Roll out `runs` one after another; their timings and token counts, and the groups."""
     timings: dict[str, float] = {}
     groups: list[Group] = []
     start = time.perf_counter()
     for k, (scenarios, spec) in enumerate(runs):
         torch.manual_seed(seed + k)
-        groups += rollout(policy, scenarios, make_env, spec, seed=seed + 1000 * k, pool=pool, timings=timings)
+        groups += rollout(
+            policy, scenarios, make_env, spec, seed=seed + 1000 * k, pool=pool, timings=timings, engine=engine
+        )
     wall = time.perf_counter() - start
     turns = [turn for g in groups for t in g.trajectories for turn in t.turns]
     tokens = sum(len(turn.response_ids) for turn in turns)
@@ -47,7 +61,37 @@ def _measure(
         "wall_s": wall,
         "tokens_per_s_generate": tokens / max(timings["generate"], 1e-9),
         "tokens_per_s_wall": tokens / max(wall, 1e-9),
-    }
+    }, groups
+
+
+def trainer_and_sampler_logprobs(policy: Policy, groups: list[Group], temperature: float) -> tuple[np.ndarray, np.ndarray]:
+    """(the torch model's log-probs, the sampler's) of every sampled reply token: one forward per dialogue."""
+    old, behaviour = [], []
+    for group in groups:
+        for trajectory in group.trajectories:
+            ids = torch.tensor([trajectory.token_ids])
+            targets = torch.zeros_like(ids, dtype=torch.bool)
+            for turn in trajectory.turns:
+                targets[0, turn.prompt_length : turn.prompt_length + len(turn.response_ids)] = True
+                behaviour += turn.old_logprobs
+            with torch.no_grad():
+                logp, _ = policy.token_logprobs(ids, torch.ones_like(ids), targets, temperature=temperature)
+            old += logp[0].tolist()
+    return np.asarray(old), np.asarray(behaviour)
+
+
+def start_llamacpp(policy: Policy, config: TrainConfig, spec: RolloutSpec, slots: int) -> RolloutEngine | str:
+    """The llama.cpp engine for the benchmark, synced to the policy's weights, or why there is none."""
+    problem = missing_requirement()
+    if problem is None and resolve_engine("auto", policy) != "llamacpp":
+        problem = "the policy is not a model the llamacpp engine serves"
+    if problem:
+        return problem
+    kind, path = resolve_source(config.policy)
+    engine = make_engine("llamacpp", policy, slots, spec.max_context_tokens, spec.llamacpp,
+                         source_gguf=path if kind == "gguf" else None)
+    engine.sync(0)
+    return engine
 
 
 def bench_rollout(
@@ -59,10 +103,12 @@ def bench_rollout(
     turns: int | None = None,
     max_new_tokens: int | None = None,
     repeats: int = 1,
+    engines: bool = True,
 ) -> dict[str, Any]:
-    """Time `trajectories` dialogues both ways, alternating the order over `repeats`.
+    """Time `trajectories` dialogues in every mode, alternating the order over `repeats`.
 
-    `turns` and `max_new_tokens` default to the config's rollout.max_turns / max_new_tokens.
+    `turns` and `max_new_tokens` default to the config's rollout.max_turns / max_new_tokens;
+    `engines=False` leaves the llama.cpp engine out.
     """
     turns = turns or config.rollout.max_turns
     max_new_tokens = max_new_tokens or config.rollout.max_new_tokens
@@ -73,19 +119,46 @@ def bench_rollout(
     sequential = [([s], single) for s in chosen for _ in range(n)]
     torch.manual_seed(config.seed)
     policy.sample([policy.first_prompt_ids("warm up", "hello")], 2)  # first-call overheads off the clock
-    totals: dict[str, list[dict[str, float]]] = {"batched": [], "sequential": []}
-    with ThreadPoolExecutor(max_workers=config.rollout.env_workers) as pool:
-        for r in range(repeats):
-            order = ("batched", "sequential") if r % 2 == 0 else ("sequential", "batched")
-            for mode in order:
-                runs = batched if mode == "batched" else sequential
-                totals[mode].append(_measure(policy, runs, make_env, pool, config.seed + r))
+    started = time.perf_counter()
+    llama = start_llamacpp(policy, config, base, trajectories) if engines else "--no-engines"
+    engine_start_s = time.perf_counter() - started
+    modes = ["batched", "sequential"] + ([] if isinstance(llama, str) else ["llamacpp"])
+    totals: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
+    llama_groups: list[Group] = []
+    try:
+        if not isinstance(llama, str):
+            llama.sample([policy.first_prompt_ids("warm up", "hello")], 2)
+        with ThreadPoolExecutor(max_workers=config.rollout.env_workers) as pool:
+            for r in range(repeats):
+                for mode in modes if r % 2 == 0 else modes[::-1]:
+                    runs = sequential if mode == "sequential" else batched
+                    engine = None if isinstance(llama, str) or mode != "llamacpp" else llama
+                    row, groups = measure(policy, runs, make_env, pool, config.seed + r, engine)
+                    totals[mode].append(row)
+                    if mode == "llamacpp":
+                        llama_groups = groups
+        extra: dict[str, Any] = {"llamacpp_skipped": llama} if isinstance(llama, str) else {
+            "engine_start_s": engine_start_s,
+            "sync": vars(llama.sync(1)),
+            "mismatch": vars(mismatch_stats(*trainer_and_sampler_logprobs(policy, llama_groups, base.temperature))),
+        }
+    finally:
+        if not isinstance(llama, str):
+            llama.close()
     summary = {mode: _sum(rows) for mode, rows in totals.items()}
     ratios = {
         key: summary["batched"][key] / max(summary["sequential"][key], 1e-9)
         for key in ("tokens_per_s_generate", "tokens_per_s_wall")
     }
+    if "llamacpp" in summary:
+        ratios["llamacpp_over_hf"] = summary["llamacpp"]["tokens_per_s_generate"] / max(
+            summary["batched"]["tokens_per_s_generate"], 1e-9
+        )
+        ratios["llamacpp_over_hf_wall"] = summary["llamacpp"]["tokens_per_s_wall"] / max(
+            summary["batched"]["tokens_per_s_wall"], 1e-9
+        )
     return {
+        **extra,
         "settings": {
             "trajectories": trajectories,
             "turns": turns,
@@ -96,7 +169,7 @@ def bench_rollout(
         "modes": summary,
         "repeats": totals,
         "ratios": ratios,
-        "target": {"tokens_per_s_generate": 4.0},
+        "target": {"tokens_per_s_generate": 4.0, "llamacpp_over_hf": 4.0},
     }
 
 

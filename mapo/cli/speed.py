@@ -47,12 +47,13 @@ def bench_rollout_command(
     max_new_tokens: Annotated[
         Optional[int], typer.Option(help="Reply length cap (default: rollout.max_new_tokens).")
     ] = None,
-    repeats: Annotated[int, typer.Option(help="Alternating repetitions of both modes.")] = 1,
+    repeats: Annotated[int, typer.Option(help="Alternating repetitions of all modes.")] = 1,
+    engines: Annotated[bool, typer.Option(help="Also time the llama.cpp engine (when installed).")] = True,
     output: BenchOutOpt = None,
 ) -> None:
-    """Batched multi-turn rollout vs one trajectory at a time: tokens/s and their ratio."""
+    """Batched rollout vs one trajectory at a time, and the llama.cpp engine vs hf: tokens/s and ratios."""
     _suite_bench("rollout", config, set_, output, trajectories=trajectories, turns=turns,
-                 max_new_tokens=max_new_tokens, repeats=repeats)
+                 max_new_tokens=max_new_tokens, repeats=repeats, engines=engines)
 
 
 @bench_app.command("train")
