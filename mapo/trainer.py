@@ -12,6 +12,7 @@ resumed from a checkpoint continues exactly as the uninterrupted run would have.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import random
@@ -135,13 +136,16 @@ class Trainer:
             if name == "llamacpp":
                 log.warning("rollout.engine=llamacpp: a method's own rollout (RAPO branching) samples with hf")
             name = "hf"
+        llamacpp = spec.llamacpp
+        if not self.policy.lora and llamacpp.sync == "adapter":
+            llamacpp = dataclasses.replace(llamacpp, sync="merged")  # full fine-tuning: no adapter to send
         kind, path = resolve_source(cfg.policy)
         return make_engine(
             name,
             self.policy,
             slots=spec.scenarios_per_step * spec.samples_per_scenario,
             context_per_slot=spec.max_context_tokens,
-            spec=spec.llamacpp,
+            spec=llamacpp,
             source_gguf=path if kind == "gguf" else None,
             log_dir=log_dir,
         )

@@ -11,6 +11,7 @@ from mapo.cli.common import (
     ApiKeyEnvOpt,
     BatchOpt,
     DtypeOpt,
+    EngineOpt,
     EndpointModelOpt,
     EndpointOpt,
     GgufFileOpt,
@@ -23,15 +24,16 @@ from mapo.cli.common import (
 )
 
 
-def _bench_responder(model, gguf_file, endpoint, endpoint_model, api_key_env, dtype, batch_size):  # type: ignore[no-untyped-def]
+def _bench_responder(model, gguf_file, endpoint, endpoint_model, api_key_env, dtype, batch_size, engine):  # type: ignore[no-untyped-def]
+    from mapo.engines.base import EngineError
     from mapo.evaluate.responders import load_responder
 
     try:
         return load_responder(
             model, gguf_file=gguf_file, dtype=dtype, endpoint=endpoint, endpoint_model=endpoint_model,
-            api_key_env=api_key_env, concurrency=batch_size,
+            api_key_env=api_key_env, concurrency=batch_size, engine_name=engine,
         )
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, FileNotFoundError, EngineError) as err:
         raise fail(err) from None
 
 
@@ -63,6 +65,7 @@ def bench_emobench(
     endpoint_model: EndpointModelOpt = None,
     api_key_env: ApiKeyEnvOpt = "OPENAI_API_KEY",
     dtype: DtypeOpt = "float32",
+    engine: EngineOpt = "auto",
     task: Annotated[list[str], typer.Option(help="EA and/or EU (repeatable).")] = ["EA", "EU"],  # noqa: B006
     language: Annotated[Optional[list[str]], typer.Option(help="Keep only these languages (en, zh; repeatable).")] = None,
     category: Annotated[Optional[list[str]], typer.Option(help="Keep only these categories, either level (repeatable).")] = None,
@@ -81,7 +84,7 @@ def bench_emobench(
         raise fail(err) from None
     if not items:
         raise fail(ValueError("no EmoBench items left after the language/category filters"))
-    responder = _bench_responder(model, gguf_file, endpoint, endpoint_model, api_key_env, dtype, batch_size)
+    responder = _bench_responder(model, gguf_file, endpoint, endpoint_model, api_key_env, dtype, batch_size, engine)
     config = {"data": str(data), "tasks": task, "languages": language, "categories": category, "limit": limit}
     _run_bench("emobench", emobench, items, responder, out, config,
                batch_size=batch_size, max_tokens=max_tokens, temperature=temperature)
@@ -96,6 +99,7 @@ def bench_eqbench(
     endpoint_model: EndpointModelOpt = None,
     api_key_env: ApiKeyEnvOpt = "OPENAI_API_KEY",
     dtype: DtypeOpt = "float32",
+    engine: EngineOpt = "auto",
     item: Annotated[Optional[list[str]], typer.Option(help="Keep only these item ids (repeatable).")] = None,
     limit: LimitOpt = None,
     batch_size: BatchOpt = 8,
@@ -110,7 +114,7 @@ def bench_eqbench(
         items = eqbench.load_eqbench(data, limit=limit, ids=item)
     except ValueError as err:
         raise fail(err) from None
-    responder = _bench_responder(model, gguf_file, endpoint, endpoint_model, api_key_env, dtype, batch_size)
+    responder = _bench_responder(model, gguf_file, endpoint, endpoint_model, api_key_env, dtype, batch_size, engine)
     config = {"data": str(data), "items_selected": item, "limit": limit}
     _run_bench("eqbench", eqbench, items, responder, out, config,
                batch_size=batch_size, max_tokens=max_tokens, temperature=temperature)

@@ -11,6 +11,7 @@ from mapo.cli.common import (
     ApiKeyEnvOpt,
     EndpointModelOpt,
     EndpointOpt,
+    EngineOpt,
     GgufFileOpt,
     ModelOpt,
     OutOpt,
@@ -46,12 +47,14 @@ def eval_command(
     system_prompt: Annotated[Optional[str], typer.Option(help="The policy's system prompt (default: the run's, or the environment's).")] = None,
     seed: Annotated[int, typer.Option(help="Seed for sampling and the simulated users.")] = 0,
     batch_scenarios: Annotated[int, typer.Option(help="Scenarios rolled out together.")] = 4,
+    engine: EngineOpt = "auto",
     out: OutOpt = None,
 ) -> None:
     """Run a policy on a scenario set with EMPA's evaluation settings; write eval.json, transcripts and a viewer."""
     import json
 
     from mapo.backends.endpoint import BackendError
+    from mapo.engines.base import EngineError
     from mapo.evaluate.checkpoints import load_eval_policy, run_config
     from mapo.evaluate.empa import hacking_line
     from mapo.evaluate.responders import endpoint_policy
@@ -66,7 +69,7 @@ def eval_command(
             trained, env, key_values(env_option, "--env-option"), max_sentences=max_sentences, system_prompt=system_prompt,
             scenarios=scenarios, limit=limit, samples=samples, max_turns=max_turns, temperature=temperature,
             top_p=top_p, max_new_tokens=max_new_tokens, max_context_tokens=max_context_tokens, seed=seed,
-            scenarios_per_batch=batch_scenarios,
+            scenarios_per_batch=batch_scenarios, engine=engine,
         )
         if endpoint is not None:
             policy = endpoint_policy(endpoint, endpoint_model, api_key_env, concurrency=spec.env_workers)
@@ -74,7 +77,7 @@ def eval_command(
         else:
             policy, label = load_eval_policy(model, gguf_file=gguf_file, dtype=dtype)
         path = run_eval(policy, spec, out or new_run_dir("runs", "eval"), label)
-    except (ValueError, FileNotFoundError, BackendError) as err:
+    except (ValueError, FileNotFoundError, BackendError, EngineError) as err:
         raise fail(err) from None
     summary = json.loads(path.read_text(encoding="utf-8"))["summary"]
     epmq = summary["epmq"]["epmq"] if summary["epmq"] else None

@@ -33,6 +33,27 @@ class HfEngine:
             contexts, max_new_tokens, temperature, top_p, caches=caches, keep_cache=keep_cache, max_sentences=max_sentences
         )
 
+    def greedy(self, contexts: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]]:
+        """Argmax decoding (single-turn benchmarks at temperature 0): the reply ids, end-of-turn kept."""
+        import torch
+        from transformers import GenerationConfig
+
+        policy = self.policy
+        width = max(len(c) for c in contexts)
+        input_ids = torch.full((len(contexts), width), policy.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(contexts), width), dtype=torch.long)
+        for row, ids in enumerate(contexts):
+            input_ids[row, width - len(ids) :] = torch.tensor(list(ids), dtype=torch.long)
+            attention[row, width - len(ids) :] = 1
+        config = GenerationConfig(
+            do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=policy.end_of_turn_id, pad_token_id=policy.pad_id
+        )
+        with torch.no_grad():
+            out = policy.model.generate(
+                input_ids=input_ids.to(policy.device), attention_mask=attention.to(policy.device), generation_config=config
+            )
+        return [row[width:].tolist() for row in out]
+
     def sync(self, version: int) -> SyncStats:
         self.version = version
         return SyncStats(0.0, 0.0, 0)

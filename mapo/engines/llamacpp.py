@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import pickle
@@ -119,8 +120,6 @@ class LlamaCppEngine:
         self.spec = spec or LlamaCppSpec()
         self.policy = policy
         check_architecture(policy.model)
-        if self.spec.sync == "adapter" and not policy.lora:
-            raise EngineError("rollout.llamacpp.sync=adapter needs a LoRA policy; full fine-tuning syncs with sync=merged")
         if self.spec.base_type == SOURCE and source_gguf is None:
             raise EngineError("rollout.llamacpp.base_type=source needs a policy loaded from a GGUF file")
         self.slots, self.context_per_slot = slots, context_per_slot
@@ -135,6 +134,7 @@ class LlamaCppEngine:
         self.restarts = 0
         self.stats: Counter[str] = Counter()
         self.process: subprocess.Popen[bytes] | None = None
+        atexit.register(self.close)  # an engine nobody closed still ends its worker and work folder
         try:
             if self.spec.base_type == SOURCE:
                 self.base_gguf, self.tensor_types = Path(source_gguf), source_tensor_types(Path(source_gguf))
@@ -265,6 +265,7 @@ class LlamaCppEngine:
 
     def close(self) -> None:
         """Stop the worker (politely, then by force); delete the working folder if the engine made it."""
+        atexit.unregister(self.close)
         process = self.process
         if process is not None and process.poll() is None:
             try:
@@ -288,7 +289,12 @@ class LlamaCppEngine:
         """Bring the policy's current weights to the worker as `version`; EngineError if that fails."""
         self.version = -1  # until the worker confirms, no version is served
         started = time.perf_counter()
-        if self.spec.sync == "adapter":
+        path: Path | None = None
+        if self.spec.sync == "adapter" and not self.policy.lora:
+            # no adapter: the base holds the weights (written from them, or their source file); weights
+            # that change without LoRA (full fine-tuning) need sync=merged, which the trainer picks
+            message = {"op": "adapter", "path": None, "version": version}
+        elif self.spec.sync == "adapter":
             path = write_lora_adapter(self.policy.model, self.workdir / f"adapter-{version}.gguf")
             message = {"op": "adapter", "path": str(path), "version": version}
         else:
@@ -304,10 +310,10 @@ class LlamaCppEngine:
         reply = self._request(message)
         loaded = time.perf_counter()
         previous, self._weights = self._weights, message
-        if previous is not None and previous["path"] != message["path"]:
+        if previous is not None and previous["path"] not in (None, message["path"]):
             Path(previous["path"]).unlink(missing_ok=True)
         self.version = int(reply["version"])
-        return SyncStats(exported - started, loaded - exported, path.stat().st_size)
+        return SyncStats(exported - started, loaded - exported, path.stat().st_size if path else 0)
 
     def check_version(self, version: int) -> None:
         require_version(self.name, self.version, version)
@@ -331,6 +337,16 @@ class LlamaCppEngine:
         """
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0 for sampling, got {temperature}")
+        return self._generate(contexts, max_new_tokens, temperature, top_p, max_sentences)
+
+    def greedy(self, contexts: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]]:
+        """Argmax decoding (single-turn benchmarks at temperature 0): the reply ids, end-of-turn kept."""
+        return [s.ids for s in self._generate(contexts, max_new_tokens, 0.0, 1.0, None)]
+
+    def _generate(
+        self, contexts: Sequence[Sequence[int]], max_new_tokens: int, temperature: float, top_p: float,
+        max_sentences: int | None,
+    ) -> list[Sample]:
         samples: list[Sample] = []
         for start in range(0, len(contexts), self.slots):
             chunk = [list(c) for c in contexts[start : start + self.slots]]

@@ -83,13 +83,20 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 
 def draw(logits: np.ndarray, temperature: float, top_p: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """One token per row of `logits` [m, vocab] and its log-prob under softmax(logits / temperature).
+    """One token per row of `logits` [m, vocab] and its log-prob under softmax(logits / temperature)
+    (temperature 0: the argmax, with its log-prob under softmax(logits)).
 
     Inverse-CDF sampling in two levels (blocks of BLOCK ids, then ids within the chosen
     block), so no cumulative sum runs over the whole vocabulary: float32 throughout
     except the sums, about 4x faster than a plain cumsum per row.
     """
     m, vocab = logits.shape
+    if temperature == 0:  # greedy: the most likely id, with its log-prob under softmax(logits)
+        tokens = logits.argmax(axis=1)
+        z = logits.astype(np.float64)
+        top64 = z.max(axis=1)
+        log_total = top64 + np.log(np.exp(z - top64[:, None]).sum(axis=1))
+        return tokens, z[np.arange(m), tokens] - log_total
     top = logits.max(axis=1, keepdims=True)
     weights = np.subtract(logits, top, dtype=np.float32)
     weights *= np.float32(1.0 / temperature)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 Conversation = list[dict[str, str]]
+BENCH_CONTEXT = 4096  # ids per question and answer a local engine holds (EQ-Bench prompts run to ~1k)
 
 
 class Responder(Protocol):
@@ -30,42 +31,20 @@ def _split_conversation(conversation: Conversation) -> tuple[str, str]:
 
 
 class PolicyResponder:
-    """Answers with a local causal LM (`mapo.policy.Policy`), one batched generate per call."""
+    """Answers with a local causal LM (`mapo.policy.Policy`) through a rollout engine (mapo.engines):
+    one batched call per batch of questions, sampled, or argmax at temperature 0."""
 
-    def __init__(self, policy: Any, name: str) -> None:
+    def __init__(self, policy: Any, name: str, engine: Any) -> None:
         self.policy = policy
         self.name = name
+        self.engine = engine
 
     def respond(self, conversations: Sequence[Conversation], max_tokens: int, temperature: float) -> list[str]:
         contexts = [self.policy.first_prompt_ids(*_split_conversation(c)) for c in conversations]
         if temperature > 0:
-            samples = self.policy.sample(contexts, max_new_tokens=max_tokens, temperature=temperature)
+            samples = self.engine.sample(contexts, max_new_tokens=max_tokens, temperature=temperature)
             return [self.policy.decode(s.ids) for s in samples]
-        return [self.policy.decode(ids) for ids in self._greedy(contexts, max_tokens)]
-
-    def _greedy(self, contexts: list[list[int]], max_tokens: int) -> list[list[int]]:
-        # Policy.sample only samples (its log-probs need a temperature); benchmarks want argmax decoding.
-        import torch
-        from transformers import GenerationConfig
-
-        policy = self.policy
-        width = max(len(c) for c in contexts)
-        input_ids = torch.full((len(contexts), width), policy.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(contexts), width), dtype=torch.long)
-        for row, ids in enumerate(contexts):
-            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            attention[row, width - len(ids) :] = 1
-        config = GenerationConfig(
-            do_sample=False,
-            max_new_tokens=max_tokens,
-            eos_token_id=policy.end_of_turn_id,
-            pad_token_id=policy.pad_id,
-        )
-        with torch.no_grad():
-            out = policy.model.generate(
-                input_ids=input_ids.to(policy.device), attention_mask=attention.to(policy.device), generation_config=config
-            )
-        return [row[width:].tolist() for row in out]
+        return [self.policy.decode(ids) for ids in self.engine.greedy(contexts, max_tokens)]
 
 
 class EndpointPolicy:
@@ -109,14 +88,20 @@ def load_responder(
     api_key_env: str | None = "OPENAI_API_KEY",
     concurrency: int = 8,
     timeout: float = 120.0,
+    engine_name: str = "auto",
 ) -> Responder:
     """A local policy (`model`: HF folder, .gguf file, "embedded", "tiny", a training run or checkpoint)
-    or an endpoint (`endpoint` URL)."""
+    or an endpoint (`endpoint` URL). A local policy answers through the rollout engine
+    `engine_name` (auto | hf | llamacpp, mapo.engines.factory) with `concurrency` sequences at once."""
     if (model is None) == (endpoint is None):
         raise ValueError("give exactly one of a model (--model) or an OpenAI-compatible endpoint (--endpoint)")
     if endpoint is not None:
         return endpoint_policy(endpoint, endpoint_model, api_key_env, concurrency, timeout)
     from mapo.evaluate.checkpoints import load_eval_policy
 
+    from mapo.engines.factory import make_engine
+
     policy, label = load_eval_policy(model, gguf_file=gguf_file, dtype=dtype)
-    return PolicyResponder(policy, name=label)
+    engine = make_engine(engine_name, policy, slots=max(1, concurrency), context_per_slot=BENCH_CONTEXT)
+    engine.sync(0)
+    return PolicyResponder(policy, name=label, engine=engine)

@@ -11,6 +11,7 @@ per turn).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -42,6 +43,7 @@ class EvalSpec:
     seed: int = 0
     scenarios_per_batch: int = 4  # scenarios rolled out together (x samples dialogues per generate call)
     env_workers: int = 8
+    engine: str = "auto"  # what samples a local policy's replies: auto | hf | llamacpp (mapo.engines)
 
     def rollout_spec(self, scenarios: int) -> RolloutSpec:
         return RolloutSpec(
@@ -104,6 +106,9 @@ def run_eval(policy: Any, spec: EvalSpec, out_dir: str | Path, policy_label: str
         raise ValueError(f"scenarios_per_batch must be >= 1, got {spec.scenarios_per_batch}")
     if spec.limit is not None and spec.limit < 1:
         raise ValueError(f"limit must be >= 1, got {spec.limit}")
+    from mapo.engines.factory import make_engine
+    from mapo.policy import Policy
+
     env_options = env_options_for(spec)
     scenarios = load_scenarios(spec.env, spec.scenarios)[: spec.limit]
     make_env = environment_factory(spec.env, env_options)
@@ -112,12 +117,18 @@ def run_eval(policy: Any, spec: EvalSpec, out_dir: str | Path, policy_label: str
     dialogues: list[dict[str, Any]] = []
     transcripts: list[dict[str, Any]] = []
     batches = [scenarios[i : i + spec.scenarios_per_batch] for i in range(0, len(scenarios), spec.scenarios_per_batch)]
+    engine = None
+    if isinstance(policy, Policy):  # a local model samples through the rollout engine; an endpoint is its own
+        engine = make_engine(spec.engine, policy, slots=rollout_spec.scenarios_per_step * spec.samples,
+                             context_per_slot=spec.max_context_tokens)
+        engine.sync(0)
     started = time.time()
     # Progress counts dialogue-turns; a dialogue that ends early jumps over its remaining turns.
     total = len(scenarios) * spec.samples * spec.max_turns
     description = " ".join(part for part in ("eval", policy_label, "(dialogue turns)") if part)
     with progress_bar(total, description) as advance, \
-            ThreadPoolExecutor(max_workers=spec.env_workers) as pool:
+            ThreadPoolExecutor(max_workers=spec.env_workers) as pool, \
+            contextlib.closing(engine) if engine is not None else contextlib.nullcontext():
         for k, batch in enumerate(batches):
             done = [0]
 
@@ -128,7 +139,7 @@ def run_eval(policy: Any, spec: EvalSpec, out_dir: str | Path, policy_label: str
 
             seed_everything(step_seed(spec.seed, k))
             groups = rollout(policy, batch, make_env, rollout_spec, seed=step_seed(spec.seed, k, stream=2) % 2**31,
-                             pool=pool, on_turn=on_turn)
+                             pool=pool, on_turn=on_turn, engine=engine)
             advance(len(batch) * spec.samples * spec.max_turns - done[0])  # dialogues cut before sampling
             for group in groups:
                 for trajectory in group.trajectories:
@@ -139,7 +150,7 @@ def run_eval(policy: Any, spec: EvalSpec, out_dir: str | Path, policy_label: str
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     config = {"policy": policy_label, **asdict(spec), "env_options": env_options,
-              "seconds": round(time.time() - started, 1)}
+              "engine_used": engine.name if engine is not None else "endpoint", "seconds": round(time.time() - started, 1)}
     result = {"config": config, "summary": summary, "scenarios": per_scenario(dialogues)}
     eval_path = out / "eval.json"
     eval_path.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

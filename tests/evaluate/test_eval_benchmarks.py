@@ -250,9 +250,11 @@ def test_cli_reports_bad_input_without_a_traceback(tmp_path):
 def test_tiny_model_over_the_real_benchmark_files(tmp_path):
     from tiny_policy import tiny_policy
 
+    from mapo.engines.hf import HfEngine
     from mapo.evaluate.responders import PolicyResponder
 
-    responder = PolicyResponder(tiny_policy(), "tiny")
+    policy = tiny_policy()
+    responder = PolicyResponder(policy, "tiny", HfEngine(policy))
     items = emobench.load_emobench(SHARED_DATA, languages=["en", "zh"], limit=2)
     assert len(items) == 4 and {i.language for i in items} == {"en"}  # the first two of each task are English
     zh = emobench.load_emobench(SHARED_DATA, languages=["zh"], categories=["Social-Self"], tasks=["EA"], limit=1)
