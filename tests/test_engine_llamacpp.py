@@ -284,3 +284,23 @@ def test_training_on_the_llamacpp_engine_syncs_and_corrects(tmp_path):
         assert m["tis_weight_mean"] == pytest.approx(1.0, abs=1e-3) and m["tis_kl_behaviour_old"] < 1e-4
         assert m["ratio_mean"] == pytest.approx(1.0)  # pi_old is the model's own log-prob in a one-step update
     assert (run / "llamacpp.log").is_file()
+
+
+def test_greedy_answers_match_the_torch_model(tiny_lora, engine):
+    """Single-turn benchmarks decode by argmax: llama.cpp on F32 weights picks torch's ids."""
+    from mapo.engines.hf import HfEngine
+
+    contexts = _contexts(tiny_lora, 3)
+    assert engine.greedy(contexts, 8) == HfEngine(tiny_lora).greedy(contexts, 8)
+
+
+def test_eval_samples_through_the_llamacpp_engine(tmp_path):
+    import json
+
+    from mapo.evaluate.runner import EvalSpec, run_eval
+
+    policy = tiny_policy()
+    spec = EvalSpec(env="empathy", limit=1, max_turns=2, max_new_tokens=6, engine="llamacpp")
+    path = run_eval(policy, spec, tmp_path, "tiny")
+    result = json.loads(path.read_text())
+    assert result["config"]["engine_used"] == "llamacpp" and result["summary"]["dialogues"] == 1
