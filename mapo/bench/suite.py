@@ -20,7 +20,7 @@ from mapo.config import TrainConfig
 
 # name -> (what it measures, the ratio key its target applies to)
 BENCHMARKS: dict[str, str] = {
-    "rollout": "batched multi-turn rollout vs one trajectory at a time (generate tok/s)",
+    "rollout": "batched multi-turn rollout vs one trajectory at a time, llama.cpp engine vs hf (generate tok/s)",
     "train": "one packed sequence per trajectory vs one sequence per turn, 6 turns (update time)",
     "mfu": "training tokens/s as counted model FLOPs per second over the measured matmul peak",
     "env": "offline environment step latency vs one policy reply",
