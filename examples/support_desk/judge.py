@@ -5,7 +5,8 @@ says how the customer's two needs move:
 
 - frustration goes down when the reply acknowledges *their* problem (an empathy phrase
   and one of the card's grievances in the same sentence; the first time most, then
-  less, then not at all) and a little with every piece of real progress;
+  less, then not at all: a reply that only acknowledges again is a stall) and a little
+  with every piece of real progress;
 - the problem gets closer to solved when the reply asks for the hidden detail (a
   question or request naming it) or takes one of the card's steps (a sentence meeting
   a step's cue, not negated, the detail known when the step needs it; at most
@@ -213,9 +214,9 @@ class SupportJudge:
         # acknowledgement: concrete (empathy + their grievance in one sentence) or a template
         concrete = next((s for s in said if _EMPATHY.search(s) and first_match(self.grievances, [s])), None)
         acknowledged = concrete is not None and not hostile
-        if acknowledged:
-            k = memory.acknowledgements
-            change -= rules.acknowledgement[k] if k < len(rules.acknowledgement) else 0.0
+        k = memory.acknowledgements
+        soothing = rules.acknowledgement[k] if acknowledged and k < len(rules.acknowledgement) else 0.0
+        change -= soothing
         template = None if concrete else next((s for s in said if _SCRIPTED.search(s) or _EMPATHY.search(s)), None)
         if template is not None and memory.scripted >= 1:
             events.append(Event("scripted", template))
@@ -246,7 +247,7 @@ class SupportJudge:
             taken.append(step.id)
             change -= rules.progress
 
-        if not (acknowledged or asked_detail or taken or events):
+        if not (soothing or asked_detail or taken or events):  # an acknowledgement said once too often stalls too
             events.append(Event("stall", reply[:80]))
             change += rules.stall
         return Verdict(change, tuple(taken), asked_detail, acknowledged, template is not None, tuple(events))
