@@ -259,7 +259,7 @@ def run_unit(out: Path, plan: AblationPlan, unit: Unit | None, threads: int | No
     """
     from mapo.evaluate.checkpoints import load_eval_policy
     from mapo.evaluate.runner import run_eval
-    from mapo.policy import configure_threads
+    from mapo.runtime import configure_threads
     from mapo.trainer import train
 
     configure_threads(threads)

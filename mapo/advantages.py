@@ -16,9 +16,10 @@ The maths is DESIGN.md section 2:
   `reinforce_pp` the same with statistics over the whole batch; `rloo`: R_i minus
   the mean of the others' R_j.
 
-Estimators are registered by name with `@register_estimator`; each takes the padded
-groups of a batch ([N, T_max] rewards plus a mask) and returns advantages, the mask
-of trained turns and named components for logging.
+Estimators are registered by name with `@register_estimator` (or come from a plug-in
+package, see `mapo.registry`); each takes the padded groups of a batch ([N, T_max]
+rewards plus a mask) and its parameters, and returns advantages, the mask of trained
+turns and named components for logging.
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
+
+from mapo.registry import Registry
 
 SCOPES = ("group", "batch")
 
@@ -85,25 +88,38 @@ class EstimatorOutput:
 
 
 Estimator = Callable[[list[PaddedGroup], AdvantageParams], EstimatorOutput]
-ESTIMATORS: dict[str, Estimator] = {}
+# Plug-ins: `@register_estimator`, an entry point of group "mapo.estimators", or "package.module:function".
+ESTIMATORS: Registry[Estimator] = Registry("advantage estimator", group="mapo.estimators")
 
 
-def register_estimator(name: str) -> Callable[[Estimator], Estimator]:
-    """Decorator: make an estimator available to `compute_group` / `compute_batch` by name."""
+def register_estimator(name: str, params: type[AdvantageParams] = AdvantageParams) -> Callable[[Estimator], Estimator]:
+    """Decorator: make an estimator available to `compute_group` / `compute_batch` by name.
+
+    `params` is the estimator's parameter class: AdvantageParams or a frozen dataclass
+    extending it with the estimator's own knobs (they arrive as keyword parameters, and
+    from a config's `advantage.options`). An estimator named by path sets `params_type`.
+    """
 
     def wrap(fn: Estimator) -> Estimator:
-        if name in ESTIMATORS and ESTIMATORS[name] is not fn:
-            raise ValueError(f"advantage estimator {name!r} is already registered")
-        ESTIMATORS[name] = fn
-        return fn
+        if params is not AdvantageParams:
+            fn.params_type = params  # type: ignore[attr-defined]
+        return ESTIMATORS.add(name, fn)
 
     return wrap
 
 
 def get_estimator(name: str) -> Estimator:
-    if name not in ESTIMATORS:
-        raise ValueError(f"unknown advantage estimator {name!r}; registered: {', '.join(sorted(ESTIMATORS))}")
-    return ESTIMATORS[name]
+    return ESTIMATORS.resolve(name)
+
+
+def estimator_params(name: str, params: dict[str, Any]) -> AdvantageParams:
+    """The validated parameters of estimator `name` (its own `params_type`, else AdvantageParams)."""
+    cls = getattr(get_estimator(name), "params_type", AdvantageParams)
+    known = [f.name for f in fields(cls)]
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise ValueError(f"unknown advantage parameter(s) {', '.join(unknown)} for {name!r}; expected {', '.join(known)}")
+    return cls(**params)
 
 
 # ---------------------------------------------------------------- the maths
@@ -290,14 +306,6 @@ def _unpad(values: np.ndarray, trained: np.ndarray, group: PaddedGroup) -> list[
     ]
 
 
-def _params(params: dict[str, Any]) -> AdvantageParams:
-    known = ("gamma", "alpha", "eps", "scope")
-    unknown = sorted(set(params) - set(known))
-    if unknown:
-        raise ValueError(f"unknown advantage parameter(s) {', '.join(unknown)}; expected {', '.join(known)}")
-    return AdvantageParams(**params)
-
-
 Nested = list[list[list[float | None]]]
 
 
@@ -315,7 +323,7 @@ def compute_batch(
     "outcome" for grpo/reinforce_pp; "outcome", "baseline" for rloo.
     """
     estimator = get_estimator(name)
-    p = _params(params)
+    p = estimator_params(name, params)
     if isinstance(groups, (str, bytes)) or not isinstance(groups, (Sequence, np.ndarray)) or len(groups) == 0:
         raise ValueError("groups: expected a non-empty list of groups (each a list of per-trajectory reward lists)")
     padded = [pad_group(g, where=f"group {k}") for k, g in enumerate(groups)]

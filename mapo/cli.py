@@ -499,7 +499,8 @@ def eval_command(
     from mapo.evaluate.checkpoints import load_eval_policy, run_config
     from mapo.evaluate.empa import hacking_line
     from mapo.evaluate.responders import endpoint_policy
-    from mapo.evaluate.runner import EvalSpec, evaluation_env_options, run_eval
+    from mapo.envs.base import evaluation_options
+    from mapo.evaluate.runner import EvalSpec, run_eval
 
     if (model is None) == (endpoint is None):
         raise _fail(ValueError("give exactly one of a model (--model) or an OpenAI-compatible endpoint (--endpoint)"))
@@ -508,7 +509,7 @@ def eval_command(
         spec = EvalSpec(
             env=env or (trained.env.name if trained else "empathy"),
             env_options=_key_values(env_option, "--env-option") or (
-                evaluation_env_options(trained.env.name, dict(trained.env.options)) if trained and not env else {}),
+                evaluation_options(trained.env.name, trained.env.options) if trained and not env else {}),
             scenarios=scenarios, limit=limit, samples=samples, max_turns=max_turns, temperature=temperature,
             top_p=top_p, max_new_tokens=max_new_tokens, max_context_tokens=max_context_tokens, seed=seed,
             max_sentences=(max_sentences or None) if max_sentences is not None else (

@@ -32,7 +32,7 @@ from mapo.rollout import RolloutSpec
 from mapo.validation import read_yaml
 
 # mappings passed through to user code unchecked
-FREE_FORM = ("env.options", "rapo.ranker_backend", "rapo.hindsight_backend")
+FREE_FORM = ("env.options", "advantage.options", "rapo.ranker_backend", "rapo.hindsight_backend")
 
 
 class ConfigError(ValueError):
@@ -41,8 +41,9 @@ class ConfigError(ValueError):
 
 @dataclass
 class EnvSpec:
-    name: str = "empathy"  # a registered environment (mapo.envs.base.make_environment)
-    scenarios: str = "train"  # bundled split (train/test/all), a folder of cards, or a persona .jsonl
+    name: str = "empathy"  # a registered environment or "package.module:Factory" (mapo.envs.base)
+    scenarios: str = "train"  # what the environment's load_scenarios reads: for empathy a bundled split
+    # (train/test/all) or a folder of cards; for emotion also a persona .jsonl
     options: dict[str, Any] = field(default_factory=dict)  # keyword arguments of the environment
     # stop the run when more than this fraction of a step's turns got a judge/director fallback
     # (an LLM role whose server keeps failing); 1.0 never stops (mapo.reliability)
@@ -63,35 +64,35 @@ class RewardSpec:
     def __post_init__(self) -> None:
         from mapo.rewards import REWARD_KINDS
 
-        if self.kind not in REWARD_KINDS:
-            raise ValueError(
-                f"reward.kind: unknown reward kind {self.kind!r}; registered: {', '.join(sorted(REWARD_KINDS))}"
-            )
+        try:
+            REWARD_KINDS.resolve(self.kind)
+        except ValueError as err:
+            raise ValueError(f"reward.kind: {err}") from None
 
 
 @dataclass
 class AdvantageSpec:
-    estimator: str = "mapo"  # any registered estimator (mapo.advantages)
+    estimator: str = "mapo"  # a registered estimator or "package.module:function" (mapo.advantages)
     alpha: float = 0.5
     gamma: float = 1.0
     eps: float = 1e-6
     scope: str = "group"  # group | batch
+    options: dict[str, Any] = field(default_factory=dict)  # a plug-in estimator's own parameters
 
     def __post_init__(self) -> None:
-        from mapo.advantages import ESTIMATORS, AdvantageParams
+        from mapo.advantages import ESTIMATORS, estimator_params
 
-        if self.estimator not in ESTIMATORS:
-            raise ValueError(
-                f"advantage.estimator: unknown advantage estimator {self.estimator!r}; "
-                f"registered: {', '.join(sorted(ESTIMATORS))}"
-            )
         try:
-            AdvantageParams(**self.params())
+            ESTIMATORS.resolve(self.estimator)
         except ValueError as err:
+            raise ValueError(f"advantage.estimator: {err}") from None
+        try:
+            estimator_params(self.estimator, self.params())
+        except (TypeError, ValueError) as err:
             raise ValueError(f"advantage.{err}") from None
 
     def params(self) -> dict[str, Any]:
-        return {"gamma": self.gamma, "alpha": self.alpha, "eps": self.eps, "scope": self.scope}
+        return {"gamma": self.gamma, "alpha": self.alpha, "eps": self.eps, "scope": self.scope, **self.options}
 
 
 @dataclass

@@ -133,20 +133,6 @@ def _cache_tensors(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return list(zip(cache.key_cache, cache.value_cache))
 
 
-def configure_threads(threads: int | None = None) -> int:
-    """Set torch's CPU threads: `threads`, or (None) as many cores as the load average leaves idle.
-
-    On a shared CPU, more threads than idle cores makes every matmul wait for a
-    descheduled thread: 2 threads on 2 busy cores ran 2-10x slower than 1 here.
-    """
-    if threads is None:
-        cores = os.cpu_count() or 1
-        idle = cores - os.getloadavg()[0]
-        threads = max(1, min(cores, int(idle + 0.5)))
-    torch.set_num_threads(threads)
-    return threads
-
-
 # ---------------------------------------------------------------- locating and caching model files
 
 

@@ -3,7 +3,8 @@
 Rewards are pure functions of D_0..D_T (D_t = ||P_t||, DESIGN.md section 2):
 IDR r_t = D_{t-1} - D_t (the default: each turn is paid for its own progress),
 ADR r_t = -D_t, outcome: 0 on every turn but the last, which gets D_0 - D_T.
-Kinds are registered by name with `@register_reward`.
+Kinds are registered by name with `@register_reward` (or come from a plug-in package,
+see `mapo.registry`).
 
 Redundancy reweighting (COMPEER) shrinks the reward of a response that repeats the
 other responses of its group or the dialogue's history; the similarity function is
@@ -18,20 +19,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mapo.registry import Registry
+
 RewardFn = Callable[[np.ndarray], np.ndarray]
-REWARD_KINDS: dict[str, RewardFn] = {}
+# Plug-ins: `@register_reward`, an entry point of group "mapo.rewards", or "package.module:function".
+REWARD_KINDS: Registry[RewardFn] = Registry("reward kind", group="mapo.rewards")
 
 
 def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:
     """Decorator: a reward kind maps distances [D_0..D_T] to rewards [r_1..r_T]."""
-
-    def wrap(fn: RewardFn) -> RewardFn:
-        if name in REWARD_KINDS and REWARD_KINDS[name] is not fn:
-            raise ValueError(f"reward kind {name!r} is already registered")
-        REWARD_KINDS[name] = fn
-        return fn
-
-    return wrap
+    return REWARD_KINDS.register(name)
 
 
 @register_reward("idr")
@@ -56,8 +53,7 @@ def outcome_reward(d: np.ndarray) -> np.ndarray:
 
 def rewards_from_distances(distances: Sequence[float], kind: str = "idr") -> list[float]:
     """Per-turn rewards r_1..r_T from distances D_0..D_T (T >= 1)."""
-    if kind not in REWARD_KINDS:
-        raise ValueError(f"unknown reward kind {kind!r}; registered: {', '.join(sorted(REWARD_KINDS))}")
+    reward = REWARD_KINDS.resolve(kind)
     try:
         if any(isinstance(x, (str, bytes)) for x in distances):
             raise TypeError("text in distances")
@@ -70,7 +66,10 @@ def rewards_from_distances(distances: Sequence[float], kind: str = "idr") -> lis
     if bad.size:
         t = int(bad[0])
         raise ValueError(f"distances: D_{t} = {float(d[t])} is not a finite non-negative distance")
-    return [float(x) for x in REWARD_KINDS[kind](d)]
+    r = np.asarray(reward(d), dtype=float)
+    if r.shape != (d.size - 1,) or not np.all(np.isfinite(r)):
+        raise ValueError(f"reward kind {kind!r}: expected {d.size - 1} finite rewards for D_0..D_{d.size - 1}, got {r.tolist()}")
+    return [float(x) for x in r]
 
 
 # ---------------------------------------------------------------- redundancy reweighting

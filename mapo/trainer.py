@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import random
 import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -26,15 +25,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from mapo.advantages import compute_batch
 from mapo.backends.openai_compat import BackendError, shared_stats
-from mapo.config import AdvantageSpec, EnvSpec, OptimSpec, RewardSpec, TrainConfig, config_dict, dump_config, load_config
-from mapo.envs.base import Environment, make_environment
+from mapo.config import TrainConfig, config_dict, dump_config, load_config
+from mapo.envs.base import environment_factory, load_scenarios
 from mapo.degeneracy import dialogue_hacking_metrics
-from mapo.losses import LossSpec, TrainSequence, collate, packed_sequence, policy_loss
+from mapo.losses import packed_sequence
 from mapo.methods.compeer import apply_format_reward, reasoning_env_factory, reasoning_rollout_spec
 from mapo.methods.rapo import Rapo
-from mapo.policy import Policy, configure_threads, load_policy, resolve_source
+from mapo.policy import load_policy, resolve_source
 from mapo.reliability import (
     TrainingInterrupted,
     TrainingStopped,
@@ -43,10 +41,11 @@ from mapo.reliability import (
     pause_for_test,
     role_metrics,
 )
-from mapo.rewards import rewards_from_distances
 from mapo.rollout import rollout
 from mapo.run_folder import RunFolder, new_run_dir
+from mapo.runtime import configure_threads, seed_everything, step_seed
 from mapo.tracking import Tracking, check_installed
+from mapo.update import compute_advantages, fill_rewards, make_optimizer, update
 from mapo.types import Group, Scenario
 
 log = logging.getLogger("mapo.trainer")
@@ -74,161 +73,6 @@ TRANSCRIPT_EXTRAS = (
 
 
 # ---------------------------------------------------------------- setup helpers
-
-
-def step_seed(seed: int, step: int, stream: int = 0) -> int:
-    """A 63-bit seed for step `step` of a run seeded `seed` (independent streams by `stream`)."""
-    return int(np.random.SeedSequence([seed, step, stream]).generate_state(1, dtype=np.uint64)[0] >> 1)
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def environment_factory(spec: EnvSpec) -> Any:
-    """A zero-argument callable making one environment per trajectory (built-ins imported on demand)."""
-    make_environment(spec.name, **spec.options)  # fail now, with the env's own message, on bad options
-
-    def make() -> Environment:
-        return make_environment(spec.name, **spec.options)
-
-    return make
-
-
-def training_scenarios(spec: EnvSpec) -> list[Scenario]:
-    from mapo.envs.empathy.cards import bundled_scenarios, load_scenarios
-
-    if spec.scenarios in ("train", "test", "all"):
-        scenarios = bundled_scenarios(spec.scenarios)  # type: ignore[arg-type]
-    elif spec.scenarios.endswith(".jsonl"):
-        from mapo.envs.persona_jsonl import load_personas
-
-        scenarios = load_personas(spec.scenarios)
-    else:
-        scenarios = load_scenarios(spec.scenarios)
-    if not scenarios:
-        raise ValueError(f"env.scenarios: {spec.scenarios!r} holds no scenarios")
-    return scenarios
-
-
-# ---------------------------------------------------------------- rewards and advantages
-
-
-def fill_rewards(groups: Sequence[Group], spec: RewardSpec) -> dict[str, float]:
-    """Set every turn's reward from its trajectory's distances (and COMPEER reweighting if enabled).
-
-    Returns the step's reward-shaping metrics (empty when no shaping is on).
-    """
-    for group in groups:
-        for trajectory in group.trajectories:
-            for turn, reward in zip(trajectory.turns, rewards_from_distances(trajectory.distances, spec.kind)):
-                turn.reward = reward
-    if spec.redundancy:
-        from mapo.methods.compeer import apply_redundancy
-
-        return apply_redundancy(groups, spec.redundancy_a, spec.redundancy_b)
-    return {}
-
-
-def compute_advantages(groups: Sequence[Group], spec: AdvantageSpec) -> tuple[Nested, dict[str, Nested]]:
-    """Advantages [group][trajectory][turn] (None = no loss) and the estimator's components."""
-    advantages, components = compute_batch(
-        spec.estimator, [g.rewards for g in groups], return_components=True, **spec.params()
-    )
-    return advantages, components  # type: ignore[return-value]
-
-
-# ---------------------------------------------------------------- the update
-
-
-def micro_batches(sequences: Sequence[TrainSequence], token_budget: int) -> list[list[TrainSequence]]:
-    """Consecutive chunks whose padded size (count x longest) stays within `token_budget` (>= 1 sequence)."""
-    chunks: list[list[TrainSequence]] = []
-    for seq in sequences:
-        if chunks:
-            chunk = chunks[-1]
-            width = max(len(seq.input_ids), *(len(s.input_ids) for s in chunk))
-            if width * (len(chunk) + 1) <= token_budget:
-                chunk.append(seq)
-                continue
-        chunks.append([seq])
-    return chunks
-
-
-def update(
-    policy: Policy,
-    optimizer: torch.optim.Optimizer,
-    sequences: Sequence[TrainSequence],
-    optim: OptimSpec,
-    loss_spec: LossSpec,
-    temperature: float = 1.0,
-    rng: np.random.Generator | None = None,
-    auxiliary: Callable[[], torch.Tensor] | None = None,
-) -> dict[str, float]:
-    """`optim.ppo_epochs` passes over the sequences in `optim.minibatches` optimizer steps each.
-
-    `auxiliary`, if given, is called once per optimizer step and its loss added to the
-    step's (RAPO self-distillation, mapo.methods.rapo).
-
-    Per optimizer step the loss is the token-mean over the minibatch's trained tokens
-    (micro-batches accumulate gradients, each divided by that same count). A step
-    whose loss or gradient is not finite is skipped, never applied.
-    """
-    params = policy.trainable_parameters()
-    totals: Counter[str] = Counter()
-    grad_norms: list[float] = []
-    skipped = 0
-    policy.model.train()
-    for _ in range(optim.ppo_epochs):
-        order = rng.permutation(len(sequences)) if rng is not None and optim.minibatches > 1 else range(len(sequences))
-        shuffled = [sequences[i] for i in order]
-        for minibatch in np.array_split(np.arange(len(shuffled)), max(1, min(optim.minibatches, len(shuffled)))):
-            chosen = sorted((shuffled[i] for i in minibatch), key=lambda s: len(s.input_ids))
-            n_tokens = sum(s.n_trained for s in chosen)
-            if n_tokens == 0:
-                continue
-            optimizer.zero_grad(set_to_none=True)
-            loss_value = 0.0
-            for chunk in micro_batches(chosen, optim.micro_batch_tokens):
-                terms = policy_loss(policy, collate(chunk, policy.pad_id), loss_spec, n_tokens, temperature)
-                terms.loss.backward()
-                loss_value += float(terms.loss.detach())
-                totals.update(terms.sums)
-            if auxiliary is not None:
-                extra = auxiliary()
-                extra.backward()
-                loss_value += float(extra.detach())
-            totals["tokens"] += n_tokens
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, optim.max_grad_norm))
-            if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
-                optimizer.zero_grad(set_to_none=True)
-                skipped += 1
-                log.warning("skipped an update: loss %s, gradient norm %s (not finite)", loss_value, grad_norm)
-                continue
-            optimizer.step()
-            grad_norms.append(grad_norm)
-            totals["loss"] += loss_value
-            totals["updates"] += 1
-    policy.model.eval()
-    optimizer.zero_grad(set_to_none=True)
-    tokens = totals["tokens"]
-    per_token = {k: totals[k] / tokens if tokens else 0.0 for k in ("pg_loss", "kl", "kl_old", "entropy", "ratio")}
-    return {
-        "loss": totals["loss"] / totals["updates"] if totals["updates"] else 0.0,
-        "pg_loss": per_token["pg_loss"],
-        "kl": per_token["kl"],
-        "kl_old": per_token["kl_old"],
-        "entropy": per_token["entropy"],
-        "ratio_mean": per_token["ratio"],
-        "clip_fraction": totals["clipped"] / tokens if tokens else 0.0,
-        "grad_norm": float(np.mean(grad_norms)) if grad_norms else 0.0,
-        "grad_norm_max": max(grad_norms, default=0.0),
-        "optimizer_steps": float(totals["updates"]),
-        "skipped_updates": float(skipped),
-        "trained_tokens": float(tokens),
-    }
 
 
 # ---------------------------------------------------------------- metrics and transcripts
@@ -315,20 +159,15 @@ class Trainer:
         seed_everything(config.seed)
         check_installed(config.report_to)  # a missing tracker stops the run now, not after the first hour
         resolve_source(config.policy)  # a missing model file fails before anything slow
-        self.scenarios = training_scenarios(config.env)
-        self.make_env = environment_factory(config.env)
+        self.scenarios = load_scenarios(config.env.name, config.env.scenarios)
+        self.make_env = environment_factory(config.env.name, config.env.options)
         self.rollout_spec = reasoning_rollout_spec(config.rollout, config.reasoning)  # + format instructions if on
         if config.reasoning.enabled:  # only the <reply> part reaches the user and the judge
             self.make_env = reasoning_env_factory(self.make_env)
         self.policy = load_policy(config.policy, seed=config.seed)
         if config.loss.kl_beta > 0:
             self.policy.keep_reference()  # the initial weights, before any update or resumed checkpoint
-        self.optimizer = torch.optim.AdamW(
-            self.policy.trainable_parameters(),
-            lr=config.optim.lr,
-            betas=tuple(config.optim.betas),
-            weight_decay=config.optim.weight_decay,
-        )
+        self.optimizer = make_optimizer(self.policy, config.optim)
         self.step = 0
         self._interruptible = False  # whether Ctrl-C may abort the current step (no state changed yet)
         self._stop_requested = False

@@ -174,7 +174,7 @@ def test_registry_accepts_new_estimator_and_refuses_a_clash():
         with pytest.raises(ValueError, match="already registered"):
             register_estimator("zeros_for_test")(lambda groups, params: None)
     finally:
-        del ESTIMATORS["zeros_for_test"]
+        ESTIMATORS.remove("zeros_for_test")
 
 
 # ---------------------------------------------------------------- bad input

@@ -20,7 +20,7 @@ from mapo.config import OptimSpec
 from mapo.losses import LossSpec, check_reply_ids, packed_sequence
 from mapo.policy import LoraSpec, PolicySpec, load_policy
 from mapo.rollout import RolloutSpec, rollout
-from mapo.trainer import update
+from mapo.update import update
 
 # family -> (policy.chat_template, expected end-of-turn token, system prompt folded into the first user turn)
 EXPECTED = {

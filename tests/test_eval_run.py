@@ -142,12 +142,13 @@ def test_benchmarks_through_an_endpoint(llama_server, tmp_path):  # noqa: F811 (
 
 
 def test_eval_applies_empa_ending_rules_not_the_training_ones():
-    from mapo.evaluate.runner import EvalSpec, env_options_for, evaluation_env_options
+    from mapo.envs.base import evaluation_options
+    from mapo.evaluate.runner import EvalSpec, env_options_for
 
     trained = {"judge": "offline", "max_turns": 6, "success_from_turn": 3, "min_turns": 2, "dynamics": {"regression_run": 2}}
-    options = evaluation_env_options("empathy", trained)
+    options = evaluation_options("empathy", trained)
     assert options == {"judge": "offline"}
     assert env_options_for(EvalSpec(env="empathy", env_options=options)) == {"judge": "offline", "max_turns": 45}
     assert env_options_for(EvalSpec(env="empathy", max_turns=10, env_options={"max_turns": 20})) == {"max_turns": 20}
     assert env_options_for(EvalSpec(env="toy-test", env_options={"delay": 0.0})) == {"delay": 0.0}
-    assert evaluation_env_options("emotion", {"max_turns": 5, "success_at": 90}) == {"success_at": 90}
+    assert evaluation_options("emotion", {"max_turns": 5, "success_at": 90}) == {"success_at": 90}

@@ -15,7 +15,7 @@ import torch
 from mapo.config import OptimSpec
 from mapo.losses import LossSpec, TrainSequence
 from mapo.policy import LoraSpec, PolicySpec, load_policy
-from mapo.trainer import update
+from mapo.update import update
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

@@ -10,7 +10,7 @@ import pytest
 
 from mapo.config import RewardSpec
 from mapo.methods.compeer import apply_redundancy
-from mapo.trainer import fill_rewards
+from mapo.update import fill_rewards
 from mapo.types import Group, Trajectory, Turn
 
 

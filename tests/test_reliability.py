@@ -38,7 +38,8 @@ from mapo.testing.fault_proxy import (
     FaultProxy,
 )
 from mapo.testing.judge_server import JudgeServer
-from mapo.trainer import RUNTIME_KEYS, compute_advantages, fill_rewards, train, update
+from mapo.trainer import RUNTIME_KEYS, train
+from mapo.update import compute_advantages, fill_rewards, update
 
 TINY = [
     "policy.model=tiny",

@@ -11,6 +11,7 @@ import threading
 import time
 
 from mapo.envs.base import ENVIRONMENTS, StepResult, register_environment
+from mapo.envs.empathy.cards import card_scenarios
 from mapo.policy import LoraSpec, Policy, PolicySpec, load_policy
 from mapo.types import Scenario
 
@@ -32,6 +33,9 @@ class ToyEnvironment:
     active = 0
     peak = 0
     lock = threading.Lock()
+
+    # train and evaluate on the bundled empathy cards (their P_0 is the toy's start)
+    load_scenarios = staticmethod(card_scenarios)
 
     def __init__(self, delay: float = 0.0, end_early: bool = True) -> None:
         self.delay = delay

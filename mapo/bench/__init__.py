@@ -54,15 +54,16 @@ def write_results(folder: Path, name: str, results: dict[str, Any]) -> Path:
 
 def load_parts(config: Any) -> tuple[Any, list[Any], Any]:
     """The policy, training scenarios and environment factory a TrainConfig describes."""
-    from mapo.policy import configure_threads, load_policy
-    from mapo.trainer import environment_factory, seed_everything, training_scenarios
+    from mapo.envs.base import environment_factory, load_scenarios
+    from mapo.policy import load_policy
+    from mapo.runtime import configure_threads, seed_everything
 
     configure_threads(config.threads)
     seed_everything(config.seed)
     policy = load_policy(config.policy, seed=config.seed)
     if config.loss.kl_beta > 0:
         policy.keep_reference()
-    return policy, training_scenarios(config.env), environment_factory(config.env)
+    return policy, load_scenarios(config.env.name, config.env.scenarios), environment_factory(config.env.name, config.env.options)
 
 
 def ratio_table(title: str, results: dict[str, Any], columns: list[tuple[str, str, str]]) -> Any:

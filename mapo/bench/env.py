@@ -128,10 +128,9 @@ def bench_llm_env(config: TrainConfig, trajectories: int = 16, turns: int = 1, c
 
     from mapo.envs.base import make_environment
     from mapo.testing.llama_server import LlamaServer
-    from mapo.trainer import environment_factory, training_scenarios
+    from mapo.envs.base import load_scenarios
 
-    environment_factory(config.env)  # registers the built-in environment
-    scenarios = training_scenarios(config.env)
+    scenarios = load_scenarios(config.env.name, config.env.scenarios)
     server = nullcontext() if base_url else LlamaServer(alias=model, threads=server_threads)
     with server as running:
         url = base_url or running.base_url

@@ -134,10 +134,10 @@ def _sample_all(policy: Policy, batches: list[list[list[int]]], new_tokens: int)
 
 def update_speed(policy: Policy, config: TrainConfig, sequences: int, length: int, repeats: int) -> dict[str, float]:
     """Trained tokens/s of the trainer's `update` and its counted FLOPs per second."""
-    from mapo.trainer import update
+    from mapo.update import make_optimizer, update
 
     seqs = synthetic_sequences(policy, sequences, length, config.seed)
-    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=config.optim.lr)
+    optimizer = make_optimizer(policy, config.optim)
     optim = dataclasses.replace(config.optim, ppo_epochs=1, minibatches=1)
     step = functools.partial(update, policy, optimizer, seqs, optim, config.loss)
     flops = counted_flops(step)  # also the warm-up pass

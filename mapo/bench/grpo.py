@@ -50,7 +50,7 @@ def our_step(policy: Any, optimizer: torch.optim.Optimizer, prompts: list[list[d
              config: TrainConfig, group: int, max_new_tokens: int) -> dict[str, float]:
     """One GRPO step with mapo's parts; returns its seconds and the mean reward."""
     from mapo.advantages import compute_batch
-    from mapo.trainer import update
+    from mapo.update import update
 
     start = time.perf_counter()
     contexts = [policy.first_prompt_ids(p[0]["content"], p[1]["content"]) for p in prompts for _ in range(group)]
@@ -130,11 +130,11 @@ def bench_grpo(config: TrainConfig, scenarios: list[Any], prompts: int = 4, grou
     import tempfile
 
     from mapo.policy import load_policy
+    from mapo.update import make_optimizer
 
     chats = _prompts(config, scenarios, prompts)
     policy = load_policy(config.policy, seed=config.seed)
-    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=config.optim.lr, betas=tuple(config.optim.betas),
-                                  weight_decay=config.optim.weight_decay)
+    optimizer = make_optimizer(policy, config.optim)
     torch.manual_seed(config.seed)
     our_step(policy, optimizer, chats, config, group, max_new_tokens)  # warm-up
     steps = [our_step(policy, optimizer, chats, config, group, max_new_tokens) for _ in range(timed)]

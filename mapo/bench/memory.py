@@ -32,20 +32,18 @@ def _evaluation(config: Any, turns: int) -> dict[str, Any]:
     import torch
 
     from mapo.bench import load_parts
-    from mapo.config import EnvSpec
+    from mapo.envs.base import environment_factory, load_scenarios
     from mapo.evaluate.runner import EvalSpec, env_options_for
     from mapo.rollout import rollout
-    from mapo.trainer import environment_factory, training_scenarios
 
     policy, _, _ = load_parts(config)
     loaded = peak_rss_bytes()
     # no early success, so the dialogue runs to the turn cap unless the user gives up first
     spec = EvalSpec(max_turns=turns, env_options={"success_from_turn": turns + 1}, limit=1)
-    env_spec = EnvSpec(name=spec.env, scenarios=spec.scenarios, options=env_options_for(spec))
-    scenarios = training_scenarios(env_spec)[:1]
+    scenarios = load_scenarios(spec.env, spec.scenarios)[:1]
     torch.manual_seed(config.seed)
     with ThreadPoolExecutor(max_workers=1) as pool:
-        groups = rollout(policy, scenarios, environment_factory(env_spec), spec.rollout_spec(1), seed=config.seed, pool=pool)
+        groups = rollout(policy, scenarios, environment_factory(spec.env, env_options_for(spec)), spec.rollout_spec(1), seed=config.seed, pool=pool)
     trajectory = groups[0].trajectories[0]
     return {"loaded_bytes": loaded, "turns": len(trajectory), "done_reason": trajectory.done_reason,
             "max_new_tokens": spec.max_new_tokens}
@@ -60,7 +58,7 @@ def _training_step(config: Any, trajectories: int, turns: int) -> dict[str, Any]
     from mapo.bench import load_parts
     from mapo.losses import packed_sequence
     from mapo.rollout import rollout
-    from mapo.trainer import compute_advantages, fill_rewards, update
+    from mapo.update import compute_advantages, fill_rewards, make_optimizer, update
 
     # no early success here either: every dialogue runs all `turns` unless its user gives up
     options = {**config.env.options, "success_from_turn": turns + 1}
@@ -80,7 +78,7 @@ def _training_step(config: Any, trajectories: int, turns: int) -> dict[str, Any]
     advantages, _ = compute_advantages(groups, config.advantage)
     sequences = [s for g, ga in zip(groups, advantages) for t, a in zip(g.trajectories, ga)
                  if (s := packed_sequence(t, a)) is not None]
-    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=config.optim.lr, betas=tuple(config.optim.betas))
+    optimizer = make_optimizer(policy, config.optim)
     update(policy, optimizer, sequences, config.optim, config.loss, config.rollout.temperature)
     return {"loaded_bytes": loaded, "after_rollout_bytes": after_rollout,
             "turns": [len(t) for g in groups for t in g.trajectories],

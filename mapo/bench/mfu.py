@@ -132,7 +132,7 @@ def bench_mfu(
     """Per dtype: matmul peak, trained tokens/s of `update`, counted FLOPs, and MFU against the
     fp32 and own-dtype peaks."""
     from mapo.policy import load_policy
-    from mapo.trainer import update
+    from mapo.update import make_optimizer, update
 
     unknown = [d for d in dtypes if d not in DTYPES]
     if unknown:
@@ -145,7 +145,7 @@ def bench_mfu(
     for name in dtypes:
         policy = load_policy(dataclasses.replace(config.policy, dtype=name), seed=config.seed)
         seqs = synthetic_sequences(policy, sequences, length, config.seed)
-        optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=config.optim.lr)
+        optimizer = make_optimizer(policy, config.optim)
         step = functools.partial(update, policy, optimizer, seqs, optim, config.loss)
         flops, per_op = counted_flops(step)  # also the warm-up pass, off the clock
         seconds = best_seconds(step, repeats)

@@ -82,7 +82,7 @@ def run_benchmark(name: str, config: TrainConfig, **sizes: Any) -> dict[str, Any
         return function(policy, scenarios, make_env, config, **sizes)
     if name == "mfu":
         from mapo.bench.mfu import bench_mfu
-        from mapo.policy import configure_threads
+        from mapo.runtime import configure_threads
 
         configure_threads(config.threads)
         return bench_mfu(config, **sizes)
@@ -95,11 +95,11 @@ def run_benchmark(name: str, config: TrainConfig, **sizes: Any) -> dict[str, Any
             return {"settings": sizes, "modes": {}, "ratios": {}, "skipped": problem}
         return bench_llm_env(config, **sizes)
     from mapo.bench.grpo import bench_grpo
-    from mapo.policy import configure_threads
-    from mapo.trainer import training_scenarios
+    from mapo.envs.base import load_scenarios
+    from mapo.runtime import configure_threads
 
     configure_threads(config.threads)
-    return bench_grpo(config, training_scenarios(config.env), **sizes)
+    return bench_grpo(config, load_scenarios(config.env.name, config.env.scenarios), **sizes)
 
 
 def columns(name: str) -> list[tuple[str, str, str]]:

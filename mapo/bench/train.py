@@ -20,13 +20,13 @@ from mapo.config import TrainConfig
 from mapo.losses import TrainSequence, packed_sequence, per_turn_sequences
 from mapo.policy import Policy
 from mapo.rollout import rollout
-from mapo.trainer import compute_advantages, fill_rewards, update
+from mapo.update import compute_advantages, fill_rewards, make_optimizer, update
 from mapo.types import Scenario
 
 
 def _timed_update(policy: Policy, sequences: list[TrainSequence], config: TrainConfig) -> dict[str, float]:
     snapshot = [p.detach().clone() for p in policy.trainable_parameters()]
-    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=config.optim.lr, betas=tuple(config.optim.betas))
+    optimizer = make_optimizer(policy, config.optim)
     start = time.perf_counter()
     stats = update(policy, optimizer, sequences, config.optim, config.loss, config.rollout.temperature)
     seconds = time.perf_counter() - start

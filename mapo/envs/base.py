@@ -1,18 +1,48 @@
-"""The environment protocol and the environment registry.
+"""The environment protocol, its `info` contract, the environment registry and factory,
+and scenario sources.
 
-An environment plays the simulated user (and its judge) for one dialogue:
-`reset(scenario)` returns the user's first message; `step(response)` scores the
-policy's reply and returns the user's next message, the action vector v_t, whether
-the dialogue ended, and details (state, distance, levels, done reason, ...).
-Rewards need D_0: from the scenario's `initial_state`, from P_1 - v_1 when the info
-has `state`, or else from `initial_distance` in the first step's info.
-One instance serves one trajectory; the rollout makes one per trajectory.
+An environment plays the simulated user (and its judge) for one dialogue; one
+instance serves one trajectory (the rollout makes one per trajectory):
+
+- `reset(scenario, seed=None) -> str`: start a dialogue on `scenario`; returns the
+  user's opening message. `seed` varies the simulated user's wording reproducibly.
+- `step(response) -> StepResult(user_message, action, done, info)`: score the policy's
+  reply; `action` is v_t (K floats, P_t = P_{t-1} + v_t), `user_message` the user's next
+  message (read only when `done` is false).
+
+The `info` contract (what the rollout and evaluation read; anything else is kept in the
+turn's `info` and the transcripts):
+
+- `state`: P_t after the turn, K floats. Give it: D_t defaults to ||P_t||, and P_0 is
+  recovered as P_1 - v_1 when the scenario has no `initial_state`.
+- `distance`: D_t, when it is not ||state|| (or there is no state).
+- `initial_distance`: D_0, in the first step's info, needed only when neither the
+  scenario's `initial_state` nor `state` says it.
+- `done_reason`: why the dialogue ended, when `done` ("success", "failure", "timeout",
+  or any word of the environment's); evaluation counts "success" as a pass.
+- `levels`: the judge's ordinal levels as {name: int}, if the judge gives levels
+  (EMPA's six make EPM-Q computable).
+- `<role>_fallback` (bool) or `fallbacks` ({role: count}): turns an LLM role could not
+  serve; they feed the fallback budget and the reports.
+
+Environments are found by name in `ENVIRONMENTS` (a `mapo.registry.Registry`): the
+built-ins "empathy" and "emotion", anything registered with `@register_environment`,
+an entry point of group "mapo.environments", or a `package.module:Factory` path. A
+factory is a class or function called with the config's `env.options` as keywords.
+It says how its scenarios load with a `load_scenarios(source: str) -> list[Scenario]`
+attribute (a staticmethod on a class): `source` is the config's `env.scenarios` or
+`mapo eval --scenarios`. Two optional attributes adapt `mapo eval`:
+`evaluation_options(training_options) -> dict` (what a training run's options become
+for evaluation; default: drop `max_turns`) and `with_turn_cap(options, max_turns) ->
+dict` (set the environment's own timeout to the evaluation's turn cap; default: none).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Protocol, runtime_checkable
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
+from mapo.registry import Registry
 from mapo.types import Scenario
 
 
@@ -30,30 +60,72 @@ class Environment(Protocol):
     def step(self, response: str) -> StepResult: ...
 
 
-ENVIRONMENTS: dict[str, Callable[..., Environment]] = {}
-# Built-in environments register on import; make_environment imports them on first use,
-# so importing mapo stays light (no role or model is loaded until an environment is made).
-BUILTIN_ENVIRONMENTS = {"empathy": "mapo.envs.empathy.env", "emotion": "mapo.envs.emotion"}
+EnvironmentFactory = Callable[..., Environment]
+# Built-ins are imported on first use, so importing mapo stays light (no role or model is
+# loaded until an environment is made).
+ENVIRONMENTS: Registry[EnvironmentFactory] = Registry(
+    "environment",
+    group="mapo.environments",
+    builtins={"empathy": "mapo.envs.empathy.env:EmpathyEnvironment", "emotion": "mapo.envs.emotion:EmotionEnvironment"},
+)
 
 
-def register_environment(name: str) -> Callable[[Callable[..., Environment]], Callable[..., Environment]]:
-    """Decorator: make an environment class (or factory) available by name."""
-
-    def wrap(factory: Callable[..., Environment]) -> Callable[..., Environment]:
-        if name in ENVIRONMENTS and ENVIRONMENTS[name] is not factory:
-            raise ValueError(f"environment {name!r} is already registered")
-        ENVIRONMENTS[name] = factory
-        return factory
-
-    return wrap
+def register_environment(name: str) -> Callable[[EnvironmentFactory], EnvironmentFactory]:
+    """Decorator: make an environment class (or factory function) available by name."""
+    return ENVIRONMENTS.register(name)
 
 
-def make_environment(name: str, **kwargs: Any) -> Environment:
-    if name not in ENVIRONMENTS and name in BUILTIN_ENVIRONMENTS:
-        import importlib
+def make_environment(name: str, **options: Any) -> Environment:
+    """One environment instance: `name` resolved in ENVIRONMENTS, called with `options`."""
+    return ENVIRONMENTS.resolve(name)(**options)
 
-        importlib.import_module(BUILTIN_ENVIRONMENTS[name])
-    if name not in ENVIRONMENTS:
-        known = ", ".join(sorted(set(ENVIRONMENTS) | set(BUILTIN_ENVIRONMENTS))) or "none"
-        raise ValueError(f"unknown environment {name!r}; registered: {known}")
-    return ENVIRONMENTS[name](**kwargs)
+
+def environment_factory(name: str, options: Mapping[str, Any] | None = None) -> Callable[[], Environment]:
+    """A zero-argument callable making one environment per trajectory.
+
+    Makes one at once, so bad options fail now with the environment's own message.
+    """
+    factory = ENVIRONMENTS.resolve(name)
+    options = dict(options or {})
+    factory(**options)
+
+    def make() -> Environment:
+        return factory(**options)
+
+    return make
+
+
+def load_scenarios(name: str, source: str) -> list[Scenario]:
+    """The scenarios environment `name` loads from `source` (its `load_scenarios`); never empty."""
+    factory = ENVIRONMENTS.resolve(name)
+    loader = getattr(factory, "load_scenarios", None)
+    if not callable(loader):
+        raise ValueError(
+            f"env.scenarios: environment {name!r} does not say how its scenarios load; give its factory "
+            "a load_scenarios(source) -> list[Scenario] (see mapo.envs.base)"
+        )
+    scenarios = list(loader(source))
+    if not scenarios:
+        raise ValueError(f"env.scenarios: {source!r} holds no scenarios")
+    for k, scenario in enumerate(scenarios):
+        if not isinstance(scenario, Scenario):
+            raise ValueError(
+                f"env.scenarios: environment {name!r} loaded {type(scenario).__name__} at position {k} "
+                f"from {source!r}; expected mapo.types.Scenario"
+            )
+    return scenarios
+
+
+def evaluation_options(name: str, training_options: Mapping[str, Any]) -> dict[str, Any]:
+    """A training run's environment options as evaluation uses them (the environment's
+    `evaluation_options`; by default without `max_turns`, the training run's cap)."""
+    hook = getattr(ENVIRONMENTS.resolve(name), "evaluation_options", None)
+    if callable(hook):
+        return dict(hook(dict(training_options)))
+    return {k: v for k, v in training_options.items() if k != "max_turns"}
+
+
+def with_turn_cap(name: str, options: Mapping[str, Any], max_turns: int) -> dict[str, Any]:
+    """The options with the environment's own timeout at `max_turns` (its `with_turn_cap`; by default unchanged)."""
+    hook = getattr(ENVIRONMENTS.resolve(name), "with_turn_cap", None)
+    return dict(hook(dict(options), max_turns)) if callable(hook) else dict(options)

@@ -41,7 +41,7 @@ from mapo.envs.emotion_roles import (
     Persona,
     PersonaActor,
 )
-from mapo.envs.persona_jsonl import START_RANGE, seeded_emotion
+from mapo.envs.persona_jsonl import START_RANGE, load_personas, seeded_emotion
 from mapo.types import Scenario
 
 
@@ -101,6 +101,22 @@ class EmotionEnvironment:
         self.judge = _make_judge(judge, judge_options)
         self.actor = actor or PersonaActor()
         self.persona: Persona | None = None
+
+    # -- how scenarios load and how evaluation adapts the options (mapo.envs.base) ----
+
+    @staticmethod
+    def load_scenarios(source: str) -> list[Scenario]:
+        """SAGE/RLVER persona lines (a .jsonl file), or empathy scenario cards (a split or a folder)."""
+        if source.endswith(".jsonl"):
+            return load_personas(source)
+        from mapo.envs.empathy.cards import card_scenarios
+
+        return card_scenarios(source)
+
+    @staticmethod
+    def with_turn_cap(options: dict[str, Any], max_turns: int) -> dict[str, Any]:
+        """The evaluation's turn cap as the dialogue's timeout, unless the options set one."""
+        return options if "max_turns" in options else {**options, "max_turns": max_turns}
 
     # -- the protocol -----------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mapo.envs.base import environment_factory, load_scenarios, with_turn_cap
 from mapo.evaluate.bench import write_jsonl
 from mapo.evaluate.empa import aggregate, dialogue_metrics, hacking_line, per_scenario, transcript_record
 from mapo.rollout import DEFAULT_SYSTEM_PROMPT, RolloutSpec
@@ -26,9 +27,9 @@ from mapo.rollout import DEFAULT_SYSTEM_PROMPT, RolloutSpec
 class EvalSpec:
     """Evaluation settings: EMPA's (45 turns, its success and failure rules) unless changed."""
 
-    env: str = "empathy"
+    env: str = "empathy"  # a registered environment or "package.module:Factory" (mapo.envs.base)
     env_options: dict[str, Any] = field(default_factory=dict)
-    scenarios: str = "test"  # bundled split, a folder of cards, or a persona .jsonl
+    scenarios: str = "test"  # what the environment's load_scenarios reads (a bundled split, a folder of cards, ...)
     limit: int | None = None  # only the first N scenarios
     samples: int = 1  # dialogues per scenario
     max_turns: int = 45
@@ -57,28 +58,9 @@ class EvalSpec:
         )
 
 
-# Environments whose `max_turns` option is their own timeout; eval sets it to the eval's cap.
-_TURN_CAPPED_ENVIRONMENTS = ("empathy", "emotion")
-# What a training run may have shortened or loosened; evaluation uses EMPA's constants instead.
-_TRAINING_ONLY_OPTIONS = ("dynamics", "min_turns", "max_turns", "success_from_turn", "dist_frac", "dir_frac",
-                          "energy_frac", "regression_run", "stagnation_window", "stagnation_std",
-                          "stagnation_lookback", "stagnation_min_negative", "stagnation_sum")
-
-
-def evaluation_env_options(env: str, training_options: dict[str, Any]) -> dict[str, Any]:
-    """A training run's environment options minus its ending rules (eval applies EMPA's)."""
-    if env != "empathy":
-        return {k: v for k, v in training_options.items() if k != "max_turns"}
-    return {k: v for k, v in training_options.items() if k not in _TRAINING_ONLY_OPTIONS}
-
-
 def env_options_for(spec: EvalSpec) -> dict[str, Any]:
     """The environment's options with its own timeout at the eval's turn cap (unless set explicitly)."""
-    options = dict(spec.env_options)
-    explicit = "max_turns" in options or (isinstance(options.get("dynamics"), dict) and "max_turns" in options["dynamics"])
-    if spec.env in _TURN_CAPPED_ENVIRONMENTS and not explicit:
-        options["max_turns"] = spec.max_turns
-    return options
+    return with_turn_cap(spec.env, spec.env_options, spec.max_turns)
 
 
 def run_eval(policy: Any, spec: EvalSpec, out_dir: str | Path, policy_label: str = "") -> Path:
@@ -86,19 +68,18 @@ def run_eval(policy: Any, spec: EvalSpec, out_dir: str | Path, policy_label: str
     `eval.json`, `transcripts.jsonl` and `transcripts.html` into `out_dir`; returns eval.json."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from mapo.config import EnvSpec
     from mapo.evaluate.html import render_transcripts
     from mapo.progress import progress_bar
     from mapo.rollout import rollout
-    from mapo.trainer import environment_factory, seed_everything, step_seed, training_scenarios
+    from mapo.runtime import seed_everything, step_seed
 
     if spec.scenarios_per_batch < 1:
         raise ValueError(f"scenarios_per_batch must be >= 1, got {spec.scenarios_per_batch}")
     if spec.limit is not None and spec.limit < 1:
         raise ValueError(f"limit must be >= 1, got {spec.limit}")
-    env_spec = EnvSpec(name=spec.env, scenarios=spec.scenarios, options=env_options_for(spec))
-    scenarios = training_scenarios(env_spec)[: spec.limit]
-    make_env = environment_factory(env_spec)
+    env_options = env_options_for(spec)
+    scenarios = load_scenarios(spec.env, spec.scenarios)[: spec.limit]
+    make_env = environment_factory(spec.env, env_options)
     rollout_spec = spec.rollout_spec(min(spec.scenarios_per_batch, len(scenarios)))  # validates the settings
     by_id = {s.id: s for s in scenarios}
     dialogues: list[dict[str, Any]] = []
@@ -130,7 +111,7 @@ def run_eval(policy: Any, spec: EvalSpec, out_dir: str | Path, policy_label: str
     summary = aggregate(dialogues, transcripts)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    config = {"policy": policy_label, **asdict(spec), "env_options": env_spec.options,
+    config = {"policy": policy_label, **asdict(spec), "env_options": env_options,
               "seconds": round(time.time() - started, 1)}
     result = {"config": config, "summary": summary, "scenarios": per_scenario(dialogues)}
     eval_path = out / "eval.json"

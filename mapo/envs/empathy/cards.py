@@ -163,3 +163,11 @@ def bundled_scenarios(split: Literal["train", "test", "all"] = "train") -> list[
     if split not in ("train", "test"):
         raise ValueError(f"unknown split {split!r}; use 'train', 'test' or 'all'")
     return load_scenarios(root / split)
+
+
+def card_scenarios(source: str) -> list[Scenario]:
+    """The empathy environment's scenario source: a bundled split (train, test, all) or a
+    folder (or single file) of cards."""
+    if source in ("train", "test", "all"):
+        return bundled_scenarios(source)  # type: ignore[arg-type]
+    return load_scenarios(source)

@@ -37,12 +37,14 @@ from mapo.envs.dynamics import (
     initial_vector,
     levels_to_vector,
 )
-from mapo.envs.empathy.cards import ScenarioCard
+from mapo.envs.empathy.cards import ScenarioCard, card_scenarios
 from mapo.envs.empathy.registry import ROLE_NAMES, make_role
 from mapo.envs.empathy.roles import Direction, Judgement
 from mapo.types import AXES, Scenario
 
 DYNAMICS_FIELDS = tuple(f.name for f in fields(DynamicsConfig))
+# What a training run may have shortened or loosened; evaluation uses EMPA's constants instead.
+TRAINING_ONLY_OPTIONS = ("dynamics", "min_turns", *DYNAMICS_FIELDS)
 
 
 def _dynamics(config: DynamicsConfig | Mapping[str, Any] | None, overrides: Mapping[str, Any]) -> DynamicsConfig:
@@ -104,6 +106,23 @@ class EmpathyEnvironment:
         self.history: list[dict[str, str]] = []
         self.done_reason: str | None = None
         self.fallbacks = {"judge": 0, "director": 0}
+
+    # -- how scenarios load and how evaluation adapts the options (mapo.envs.base) ----------
+
+    load_scenarios = staticmethod(card_scenarios)
+
+    @staticmethod
+    def evaluation_options(training_options: dict[str, Any]) -> dict[str, Any]:
+        """A training run's options without its ending rules (evaluation applies EMPA's)."""
+        return {k: v for k, v in training_options.items() if k not in TRAINING_ONLY_OPTIONS}
+
+    @staticmethod
+    def with_turn_cap(options: dict[str, Any], max_turns: int) -> dict[str, Any]:
+        """The evaluation's turn cap as the dynamics' timeout, unless the options set one."""
+        dynamics = options.get("dynamics")
+        if "max_turns" in options or (isinstance(dynamics, dict) and "max_turns" in dynamics):
+            return options
+        return {**options, "max_turns": max_turns}
 
     # -- the Environment protocol ----------------------------------------------------------
 

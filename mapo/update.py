@@ -1,0 +1,149 @@
+"""The update step: rewards and advantages of rolled-out groups, the optimizer, and the
+clipped policy-gradient update on packed sequences.
+
+Shared by the trainer, the speed benchmarks and the GPU checks, so every one of them
+trains with the same optimizer settings and the same update.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+
+from mapo.advantages import compute_batch
+from mapo.config import AdvantageSpec, OptimSpec, RewardSpec
+from mapo.losses import LossSpec, TrainSequence, collate, policy_loss
+from mapo.policy import Policy
+from mapo.rewards import rewards_from_distances
+from mapo.types import Group
+
+log = logging.getLogger(__name__)
+
+Nested = list[list[list[float | None]]]
+
+
+def make_optimizer(policy: Policy, optim: OptimSpec) -> torch.optim.Optimizer:
+    """AdamW over the policy's trainable parameters with the config's lr, betas and weight decay."""
+    return torch.optim.AdamW(
+        policy.trainable_parameters(),
+        lr=optim.lr,
+        betas=tuple(optim.betas),
+        weight_decay=optim.weight_decay,
+    )
+
+
+def fill_rewards(groups: Sequence[Group], spec: RewardSpec) -> dict[str, float]:
+    """Set every turn's reward from its trajectory's distances (and COMPEER reweighting if enabled).
+
+    Returns the step's reward-shaping metrics (empty when no shaping is on).
+    """
+    for group in groups:
+        for trajectory in group.trajectories:
+            for turn, reward in zip(trajectory.turns, rewards_from_distances(trajectory.distances, spec.kind)):
+                turn.reward = reward
+    if spec.redundancy:
+        from mapo.methods.compeer import apply_redundancy
+
+        return apply_redundancy(groups, spec.redundancy_a, spec.redundancy_b)
+    return {}
+
+
+def compute_advantages(groups: Sequence[Group], spec: AdvantageSpec) -> tuple[Nested, dict[str, Nested]]:
+    """Advantages [group][trajectory][turn] (None = no loss) and the estimator's components."""
+    advantages, components = compute_batch(
+        spec.estimator, [g.rewards for g in groups], return_components=True, **spec.params()
+    )
+    return advantages, components  # type: ignore[return-value]
+
+
+def micro_batches(sequences: Sequence[TrainSequence], token_budget: int) -> list[list[TrainSequence]]:
+    """Consecutive chunks whose padded size (count x longest) stays within `token_budget` (>= 1 sequence)."""
+    chunks: list[list[TrainSequence]] = []
+    for seq in sequences:
+        if chunks:
+            chunk = chunks[-1]
+            width = max(len(seq.input_ids), *(len(s.input_ids) for s in chunk))
+            if width * (len(chunk) + 1) <= token_budget:
+                chunk.append(seq)
+                continue
+        chunks.append([seq])
+    return chunks
+
+
+def update(
+    policy: Policy,
+    optimizer: torch.optim.Optimizer,
+    sequences: Sequence[TrainSequence],
+    optim: OptimSpec,
+    loss_spec: LossSpec,
+    temperature: float = 1.0,
+    rng: np.random.Generator | None = None,
+    auxiliary: Callable[[], torch.Tensor] | None = None,
+) -> dict[str, float]:
+    """`optim.ppo_epochs` passes over the sequences in `optim.minibatches` optimizer steps each.
+
+    `auxiliary`, if given, is called once per optimizer step and its loss added to the
+    step's (RAPO self-distillation, mapo.methods.rapo).
+
+    Per optimizer step the loss is the token-mean over the minibatch's trained tokens
+    (micro-batches accumulate gradients, each divided by that same count). A step
+    whose loss or gradient is not finite is skipped, never applied.
+    """
+    params = policy.trainable_parameters()
+    totals: Counter[str] = Counter()
+    grad_norms: list[float] = []
+    skipped = 0
+    policy.model.train()
+    for _ in range(optim.ppo_epochs):
+        order = rng.permutation(len(sequences)) if rng is not None and optim.minibatches > 1 else range(len(sequences))
+        shuffled = [sequences[i] for i in order]
+        for minibatch in np.array_split(np.arange(len(shuffled)), max(1, min(optim.minibatches, len(shuffled)))):
+            chosen = sorted((shuffled[i] for i in minibatch), key=lambda s: len(s.input_ids))
+            n_tokens = sum(s.n_trained for s in chosen)
+            if n_tokens == 0:
+                continue
+            optimizer.zero_grad(set_to_none=True)
+            loss_value = 0.0
+            for chunk in micro_batches(chosen, optim.micro_batch_tokens):
+                terms = policy_loss(policy, collate(chunk, policy.pad_id), loss_spec, n_tokens, temperature)
+                terms.loss.backward()
+                loss_value += float(terms.loss.detach())
+                totals.update(terms.sums)
+            if auxiliary is not None:
+                extra = auxiliary()
+                extra.backward()
+                loss_value += float(extra.detach())
+            totals["tokens"] += n_tokens
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, optim.max_grad_norm))
+            if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
+                optimizer.zero_grad(set_to_none=True)
+                skipped += 1
+                log.warning("skipped an update: loss %s, gradient norm %s (not finite)", loss_value, grad_norm)
+                continue
+            optimizer.step()
+            grad_norms.append(grad_norm)
+            totals["loss"] += loss_value
+            totals["updates"] += 1
+    policy.model.eval()
+    optimizer.zero_grad(set_to_none=True)
+    tokens = totals["tokens"]
+    per_token = {k: totals[k] / tokens if tokens else 0.0 for k in ("pg_loss", "kl", "kl_old", "entropy", "ratio")}
+    return {
+        "loss": totals["loss"] / totals["updates"] if totals["updates"] else 0.0,
+        "pg_loss": per_token["pg_loss"],
+        "kl": per_token["kl"],
+        "kl_old": per_token["kl_old"],
+        "entropy": per_token["entropy"],
+        "ratio_mean": per_token["ratio"],
+        "clip_fraction": totals["clipped"] / tokens if tokens else 0.0,
+        "grad_norm": float(np.mean(grad_norms)) if grad_norms else 0.0,
+        "grad_norm_max": max(grad_norms, default=0.0),
+        "optimizer_steps": float(totals["updates"]),
+        "skipped_updates": float(skipped),
+        "trained_tokens": float(tokens),
+    }
