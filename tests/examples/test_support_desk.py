@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # `pytest` (not `python -m pytest`) does not put the repository root there
     sys.path.append(str(ROOT))
 
@@ -331,3 +331,52 @@ def test_a_rollout_with_the_tiny_policy_gives_two_axis_states_and_idr_rewards():
             assert all(len(turn.state) == 2 and turn.response_ids for turn in trajectory.turns)
             rewards = rewards_from_distances(trajectory.distances, "idr")
             assert sum(rewards) == pytest.approx(trajectory.distances[0] - trajectory.distances[-1])
+
+
+# -- mapo train / mapo eval on the example's own config ----------------------------------------------
+
+CONFIG = ROOT / "examples" / "support_desk" / "config.yaml"
+TINY = ["policy.model=tiny", "policy.lora.r=4", "policy.lora.alpha=8", "policy.lora.top_layers=null", "steps=2",
+        "checkpoint_every=2", "rollout.samples_per_scenario=2", "rollout.max_new_tokens=8"]
+
+
+def test_the_config_is_the_default_run_on_the_support_desk():
+    from mapo.config import load_config
+
+    config, default = load_config(CONFIG), load_config(None)
+    assert config.env.name == "examples.support_desk.env:SupportDeskEnvironment" and config.env.scenarios == "train"
+    assert config.policy == default.policy and config.policy.model == "embedded"  # SmolLM2-135M + LoRA, on a CPU
+    assert (config.steps, config.optim, config.advantage) == (default.steps, default.optim, default.advantage)
+    assert config.rollout.max_turns == 4 and "customer support agent" in config.rollout.system_prompt
+
+
+def test_mapo_train_and_eval_run_the_example_from_its_folder(tmp_path, monkeypatch):
+    import json
+
+    from typer.testing import CliRunner
+
+    from mapo.cli import app
+
+    monkeypatch.chdir(ROOT)  # as the README says: run from the repository root
+    run = tmp_path / "run"
+    result = CliRunner().invoke(app, ["train", "--config", str(CONFIG), "--output", str(run),
+                                      *(f"--set={o}" for o in TINY)])
+    assert result.exit_code == 0, result.output
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2]
+    assert all(math.isfinite(m["reward_mean"]) and "hack_distinct2" in m for m in metrics)
+    transcripts = [json.loads(line) for line in (run / "transcripts.jsonl").read_text().splitlines()]
+    train_ids = {s.id for s in load_cards("train")}
+    assert {t["scenario_id"] for t in transcripts} <= train_ids and len(transcripts) == 2 * 2 * 2
+    assert all(len(turn["state"]) == 2 for t in transcripts for turn in t["turns"])
+
+    out = tmp_path / "eval"
+    result = CliRunner().invoke(app, ["eval", "--model", str(run), "--max-turns", "3", "--max-new-tokens", "8",
+                                      "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "eval.json").read_text())
+    assert data["config"]["env"] == "examples.support_desk.env:SupportDeskEnvironment"
+    assert data["config"]["env_options"] == {"max_turns": 3}  # eval's cap is the customer's own timeout
+    assert [s["scenario_id"] for s in data["scenarios"]] == sorted(s.id for s in load_cards("test"))
+    assert data["summary"]["dialogues"] == 4 and sum(data["summary"]["outcomes"].values()) == 4
+    assert set(data["summary"]["hacking"]) >= {"hack_distinct2", "hack_fragment"}
