@@ -129,7 +129,7 @@ _SCRIPTED = _phrases(
 )
 _BLAME = _phrases(
     r"you should(?:n't| not)? have", r"your (?:own )?fault", r"you must have", r"you probably", r"did you (?:even|actually|really)",
-    r"user error", r"you failed to", r"you did(?:n't| not) (?:read|check|follow|see|follow)", r"if you had",
+    r"user error", r"you failed to", r"you forgot", r"you did(?:n't| not) (?:read|check|follow|see|follow)", r"if you had",
     r"you were supposed to", r"next time,? (?:please )?(?:make sure|read|check)", r"you (?:need|have) to read",
     r"as (?:clearly )?stated in", r"you (?:ordered|entered|typed|chose) the wrong",
 )
@@ -139,6 +139,8 @@ _DISMISSAL = _phrases(
     r"you(?:'ll| will) (?:just )?have to wait", r"out of (?:my|our) hands", r"i can(?:'t|not) help",
     r"no need to (?:get|be) (?:upset|angry|rude)", r"(?:these|such) things happen", r"it happens",
     r"(?:company|our) policy", r"(?:it's|it is) (?:only|just) (?:a|one)",
+    # stepping out of the role: the customer wrote to a company, not to a chatbot disclaimer
+    r"as an ai", r"i(?:'m| am) (?:just |only )?an ai", r"i (?:don't|do not) have the (?:ability|capability)",
 )
 # a sentence that undoes a step or a promise
 _NEGATION = _phrases(r"not", r"\w+n't", r"cannot", r"unable", r"never", r"no longer")
@@ -147,10 +149,10 @@ _REQUEST = _phrases(
     r"please", r"could you", r"can you", r"would you", r"may i", r"let me know", r"i(?:'ll| will)? need", r"send (?:me|us)",
     r"share", r"tell me", r"confirm",
 )
-# words of an agent's workplace, which role_swap would read as the agent's private life ("my team")
-_WORKPLACE = re.compile(
-    r"\b(?:my|our)\s+(?=(?:team|colleagues?|supervisor|manager|department|system|records|side|end|company|"
-    r"shop|store|business|staff|engineers?|technicians?|courier|warehouse|desk)\b)",
+# an agent's work talk, which role_swap would read as the agent's private life ("my team", "my best")
+_AGENT_TALK = re.compile(
+    r"\b(?:my|our)\s+(?=(?:team|colleagues?|supervisor|manager|department|system|records|notes|screen|side|end|"
+    r"company|shop|store|business|staff|engineers?|technicians?|courier|warehouse|desk|best|name)\b)",
     re.IGNORECASE,
 )
 
@@ -181,7 +183,7 @@ class SupportJudge:
             raise RuntimeError("support-desk judge: call reset(card) before score()")
         rules = self.rules
         findings = degeneracy.find(
-            _WORKPLACE.sub("the ", reply), memory.customer_messages, context_texts=self.background
+            _AGENT_TALK.sub("the ", reply), memory.customer_messages, context_texts=self.background
         )
         findings = [f for f in findings if f.family != "invented"]  # departments and products are not invented people
         if findings:
