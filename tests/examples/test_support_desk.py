@@ -174,6 +174,25 @@ def test_degenerate_replies_earn_nothing_even_when_they_hold_the_cues(reply, fam
 def test_an_agent_may_name_its_own_team_without_being_called_a_role_swap():
     gained, result = first_turn("I'm sorry you were charged twice. My team will need the date of each charge, please.")
     assert gained > 0 and result.info["asked_detail"] and result.info["acknowledged"]
+    _, result = first_turn("I'm sorry you were charged twice, I'll do my best. Which card was it on?")
+    assert result.info["asked_detail"] and not result.info["events"]
+    _, result = first_turn("My wife had the same thing happen with her gym.")
+    assert [e["kind"] for e in result.info["events"]] == ["degenerate"]  # a private life still is one
+
+
+@pytest.mark.parametrize(
+    "reply, kind",
+    [
+        ("As an AI, I don't have the ability to look at your bank account.", "dismissal"),
+        ("I'm just an AI, so I can't see payments.", "dismissal"),
+        ("It looks like you forgot to cancel the old plan.", "blame"),
+        ("I'm sorry you were charged twice, but you must have signed up twice.", "blame"),
+    ],
+)
+def test_blame_and_dismissal_cancel_any_acknowledgement(reply, kind):
+    gained, result = first_turn(reply)
+    assert kind in [e["kind"] for e in result.info["events"]] and not result.info["acknowledged"]
+    assert result.info["frustration_change"] >= 2.0 and gained < 0
 
 
 def test_a_step_needs_the_detail_first_and_counts_once():
