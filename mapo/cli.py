@@ -218,7 +218,7 @@ def train(
         typer.echo(f"Interrupted after step {err.step}; checkpoint saved. Continue with: mapo train --resume {err.run_dir}")
         raise typer.Exit(130) from None
     from mapo.run_folder import RunFolder
-    from mapo.trainer import reward_trend
+    from mapo.records import reward_trend
 
     typer.echo(reward_trend(RunFolder(run_dir).read_metrics()))
     typer.echo(f"Run folder: {run_dir}")

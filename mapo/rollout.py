@@ -21,12 +21,6 @@ from mapo.envs.base import Environment
 from mapo.policy import KVCache, Policy, Sample
 from mapo.types import Group, Scenario, Trajectory, Turn
 
-DEFAULT_SYSTEM_PROMPT = (
-    "You are a caring, perceptive listener talking with someone who is going through a hard time. "
-    "Reply in two or three sentences: show you understand their situation, acknowledge their feelings, "
-    "and help them find their own next step."
-)
-
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -45,7 +39,7 @@ class RolloutSpec:
     max_context_tokens: int = 2048
     temperature: float = 0.7  # SmolLM2-135M is incoherent at 1.0; log-probs are of the tempered policy
     top_p: float = 1.0
-    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    system_prompt: str | None = None  # None: the environment's own (its `system_prompt` attribute)
     env_workers: int = 8
     reuse_cache: bool = True  # keep each dialogue's attention cache between turns (no re-prefill of history)
 
@@ -93,8 +87,9 @@ class ChatPolicy(Protocol):
     ) -> list[str]: ...
 
 
-def _messages(d: _Dialogue, system_prompt: str) -> list[dict[str, str]]:
+def _messages(d: _Dialogue) -> list[dict[str, str]]:
     """The dialogue so far as chat messages, ending with the user's latest message."""
+    system_prompt = d.trajectory.system_prompt
     messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
     for turn in d.trajectory.turns:
         messages += [{"role": "user", "content": turn.user_message}, {"role": "assistant", "content": turn.response}]
@@ -150,20 +145,21 @@ def rollout(
     dialogues = []
     for scenario in scenarios:
         for i in range(n):
+            env = make_env()
             trajectory = Trajectory(
                 scenario_id=scenario.id,
                 sample_index=i,
                 initial_state=tuple(scenario.initial_state or ()),
-                system_prompt=spec.system_prompt,
+                system_prompt=spec.system_prompt if spec.system_prompt is not None else getattr(env, "system_prompt", ""),
             )
-            dialogues.append(_Dialogue(scenario, make_env(), trajectory))
+            dialogues.append(_Dialogue(scenario, env, trajectory))
 
     openings = _map(pool, lambda k: dialogues[k].env.reset(dialogues[k].scenario, seed=seed + k), range(len(dialogues)))
     timings["env"] += time.perf_counter() - clock
     for d, opening in zip(dialogues, openings):
         d.user_message = opening
         if not text_only:
-            d.trajectory.token_ids = policy.first_prompt_ids(spec.system_prompt, opening)
+            d.trajectory.token_ids = policy.first_prompt_ids(d.trajectory.system_prompt, opening)
 
     for t in range(1, spec.max_turns + 1):
         active = [d for d in dialogues if not d.done]
@@ -182,7 +178,7 @@ def rollout(
         clock = time.perf_counter()
         if text_only:
             replies = policy.chat_replies(
-                [_messages(d, spec.system_prompt) for d in active], spec.max_new_tokens, spec.temperature, spec.top_p
+                [_messages(d) for d in active], spec.max_new_tokens, spec.temperature, spec.top_p
             )
             samples = [Sample([], [], truncated=False) for _ in active]
         else:

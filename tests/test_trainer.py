@@ -23,7 +23,8 @@ from mapo.losses import LossSpec, collate, packed_sequence
 from mapo.rollout import RolloutSpec, rollout
 from mapo.run_folder import RunFolder
 from mapo.types import Group, Trajectory, Turn
-from mapo.trainer import RUNTIME_KEYS, rollout_metrics, train
+from mapo.records import RUNTIME_KEYS, rollout_metrics
+from mapo.trainer import train
 from mapo.update import micro_batches, update
 
 ENV = "empathy"

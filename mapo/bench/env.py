@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from mapo.config import TrainConfig
+from mapo.envs.base import system_prompt_for
 
 # Fixed policy replies (ours), cycled through every dialogue.
 REPLIES = (
@@ -58,7 +59,8 @@ def bench_env_latency(policy: Any, scenarios: list[Any], make_env: Any, config: 
                       steps: int = 40, turns: int = 8) -> dict[str, Any]:
     step_latencies(make_env, scenarios, 2, turns)  # warm-up: the embedding model loads off the clock
     env_row = _percentiles(step_latencies(make_env, scenarios, steps, turns))
-    context = policy.first_prompt_ids(config.rollout.system_prompt, scenarios[0].opening_line)
+    prompt = system_prompt_for(config.env.name, config.rollout.system_prompt)
+    context = policy.first_prompt_ids(prompt, scenarios[0].opening_line)
     policy.sample([context], 2)  # warm-up
     replies = []
     for _ in range(3):

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from mapo.config import TrainConfig
+from mapo.envs.base import system_prompt_for
 from mapo.losses import TrainSequence
 
 
@@ -40,7 +41,7 @@ def trl_missing() -> str | None:
 
 def _prompts(config: TrainConfig, scenarios: list[Any], count: int) -> list[list[dict[str, str]]]:
     return [
-        [{"role": "system", "content": config.rollout.system_prompt},
+        [{"role": "system", "content": system_prompt_for(config.env.name, config.rollout.system_prompt)},
          {"role": "user", "content": scenarios[k % len(scenarios)].opening_line}]
         for k in range(count)
     ]

@@ -74,7 +74,7 @@ def _training_step(config: Any, trajectories: int, turns: int) -> dict[str, Any]
     with ThreadPoolExecutor(max_workers=config.rollout.env_workers) as pool:
         groups = rollout(policy, chosen, make_env, spec, seed=config.seed, pool=pool)
     after_rollout = peak_rss_bytes()
-    fill_rewards(groups, config.reward)
+    fill_rewards(groups, config.reward.kind)
     advantages, _ = compute_advantages(groups, config.advantage)
     sequences = [s for g, ga in zip(groups, advantages) for t, a in zip(g.trajectories, ga)
                  if (s := packed_sequence(t, a)) is not None]

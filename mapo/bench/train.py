@@ -60,7 +60,7 @@ def bench_train(
     torch.manual_seed(config.seed)
     with ThreadPoolExecutor(max_workers=config.rollout.env_workers) as pool:
         groups = rollout(policy, chosen, make_env, spec, seed=config.seed, pool=pool)
-    fill_rewards(groups, config.reward)
+    fill_rewards(groups, config.reward.kind)
     advantages, _ = compute_advantages(groups, config.advantage)
     pairs = [(t, a) for g, ga in zip(groups, advantages) for t, a in zip(g.trajectories, ga)]
     layouts = {

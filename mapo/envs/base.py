@@ -31,7 +31,9 @@ an entry point of group "mapo.environments", or a `package.module:Factory` path.
 factory is a class or function called with the config's `env.options` as keywords.
 It says how its scenarios load with a `load_scenarios(source: str) -> list[Scenario]`
 attribute (a staticmethod on a class): `source` is the config's `env.scenarios` or
-`mapo eval --scenarios`. Two optional attributes adapt `mapo eval`:
+`mapo eval --scenarios`. Its `system_prompt` attribute (optional) is the policy's system
+prompt when the config does not set `rollout.system_prompt`. Two optional attributes
+adapt `mapo eval`:
 `evaluation_options(training_options) -> dict` (what a training run's options become
 for evaluation; default: drop `max_turns`) and `with_turn_cap(options, max_turns) ->
 dict` (set the environment's own timeout to the evaluation's turn cap; default: none).
@@ -114,6 +116,13 @@ def load_scenarios(name: str, source: str) -> list[Scenario]:
                 f"from {source!r}; expected mapo.types.Scenario"
             )
     return scenarios
+
+
+def system_prompt_for(name: str, configured: str | None = None) -> str:
+    """The policy's system prompt: `configured` when set, else the environment's own ("" if it has none)."""
+    if configured is not None:
+        return configured
+    return str(getattr(ENVIRONMENTS.resolve(name), "system_prompt", ""))
 
 
 def evaluation_options(name: str, training_options: Mapping[str, Any]) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mapo.envs.base import StepResult, register_environment
+from mapo.envs.empathy.env import LISTENER_PROMPT
 from mapo.envs.emotion_roles import (
     EmotionJudge,
     LLMEmotionJudge,
@@ -102,7 +103,9 @@ class EmotionEnvironment:
         self.actor = actor or PersonaActor()
         self.persona: Persona | None = None
 
-    # -- how scenarios load and how evaluation adapts the options (mapo.envs.base) ----
+    # -- the policy's prompt, how scenarios load, how evaluation adapts the options (mapo.envs.base)
+
+    system_prompt = LISTENER_PROMPT
 
     @staticmethod
     def load_scenarios(source: str) -> list[Scenario]:

@@ -23,6 +23,7 @@ import numpy as np
 
 from mapo.degeneracy import dialogue_hacking_metrics
 from mapo.envs.dynamics import EPMQ_INDICES, DynamicsConfig, NeedState, epmq
+from mapo.records import turn_record
 from mapo.types import AXES, Scenario, Trajectory
 
 OUTCOMES = ("success", "failure", "timeout", "other")
@@ -213,18 +214,5 @@ def transcript_record(trajectory: Trajectory, metrics: Mapping[str, Any]) -> dic
         "epmq": metrics["epmq"]["epmq"] if metrics.get("epmq") else None,
         "initial_state": list(metrics["initial_state"]),
         "system_prompt": trajectory.system_prompt,
-        "turns": [
-            {
-                "turn": turn.index,
-                "user": turn.user_message,
-                "response": turn.response,
-                "action": list(turn.action),
-                "state": list(turn.state),
-                "distance": turn.distance,
-                "levels": turn.levels,
-                "response_tokens": len(turn.response_ids),
-                "truncated": turn.truncated,
-            }
-            for turn in trajectory.turns
-        ],
+        "turns": [turn_record(turn) for turn in trajectory.turns],
     }

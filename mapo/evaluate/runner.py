@@ -20,7 +20,7 @@ from typing import Any
 from mapo.envs.base import environment_factory, load_scenarios, with_turn_cap
 from mapo.evaluate.bench import write_jsonl
 from mapo.evaluate.empa import aggregate, dialogue_metrics, hacking_line, per_scenario, transcript_record
-from mapo.rollout import DEFAULT_SYSTEM_PROMPT, RolloutSpec
+from mapo.rollout import RolloutSpec
 
 
 @dataclass
@@ -38,7 +38,7 @@ class EvalSpec:
     max_new_tokens: int = 96
     max_sentences: int | None = 3
     max_context_tokens: int = 8192
-    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    system_prompt: str | None = None  # None: the environment's own
     seed: int = 0
     scenarios_per_batch: int = 4  # scenarios rolled out together (x samples dialogues per generate call)
     env_workers: int = 8

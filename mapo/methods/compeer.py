@@ -20,10 +20,12 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from mapo.envs.base import Environment, StepResult
+from mapo.envs.base import Environment, StepResult, system_prompt_for
+from mapo.methods.base import TrainingMethod
 from mapo.rewards import Similarity, redundancy_reweight_group
 from mapo.rollout import RolloutSpec
 from mapo.types import Group, Scenario, Turn
@@ -117,7 +119,7 @@ class ReasoningSpec:
 
     enabled: bool = False
     format_weight: float = 0.5  # reward += weight * (+1 all four parts present and non-empty, else -1)
-    instructions: str = REASONING_INSTRUCTIONS  # appended to rollout.system_prompt
+    instructions: str = REASONING_INSTRUCTIONS  # appended to the policy's system prompt
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.format_weight) and self.format_weight >= 0):
@@ -183,19 +185,6 @@ class ReasoningEnvironment:
         return result._replace(info=info)
 
 
-def reasoning_env_factory(
-    make_env: Callable[[], Environment],
-) -> Callable[[], Environment]:
-    return lambda: ReasoningEnvironment(make_env())
-
-
-def reasoning_rollout_spec(spec: RolloutSpec, reasoning: ReasoningSpec) -> RolloutSpec:
-    """The rollout settings with the format instructions appended to the system prompt (unchanged when off)."""
-    if not reasoning.enabled:
-        return spec
-    return dataclasses.replace(spec, system_prompt=spec.system_prompt + reasoning.instructions)
-
-
 def apply_format_reward(groups: Sequence[Group], weight: float) -> dict[str, float]:
     """Add weight x format_reward to every turn's reward; returns the fraction of complete responses."""
     flags = []
@@ -207,3 +196,50 @@ def apply_format_reward(groups: Sequence[Group], weight: float) -> dict[str, flo
                 turn.reward += weight * turn.info["format_reward"]
                 flags.append(complete)
     return {"format_complete_fraction": float(np.mean(flags))} if flags else {}
+
+
+# ---------------------------------------------------------------- the trainer's hooks (mapo.methods.base)
+
+
+class Redundancy(TrainingMethod):
+    """`reward.redundancy`: every turn's reward reweighted by its redundancy (`apply_redundancy`)."""
+
+    name = "redundancy"
+    transcript_keys = ("raw_reward", "s_in", "s_hist")
+
+    def __init__(self, a: float, b: float) -> None:
+        self.a, self.b = a, b
+
+    @classmethod
+    def from_config(cls, config: Any) -> Redundancy | None:
+        return cls(config.reward.redundancy_a, config.reward.redundancy_b) if config.reward.redundancy else None
+
+    def shape_rewards(self, groups: Sequence[Group]) -> dict[str, float]:
+        return apply_redundancy(groups, self.a, self.b)
+
+
+class StructuredReasoning(TrainingMethod):
+    """`reasoning.enabled`: tagged analysis before each reply, only the reply reaches the user,
+    and a format reward of `reasoning.format_weight` x (+1 complete, -1 not)."""
+
+    name = "reasoning"
+    transcript_keys = ("reply", "analysis", "format_complete", "format_reward")
+
+    def __init__(self, spec: ReasoningSpec, system_prompt: str) -> None:
+        self.spec = spec
+        self.system_prompt = system_prompt + spec.instructions
+
+    @classmethod
+    def from_config(cls, config: Any) -> StructuredReasoning | None:
+        if not config.reasoning.enabled:
+            return None
+        return cls(config.reasoning, system_prompt_for(config.env.name, config.rollout.system_prompt))
+
+    def rollout_spec(self, spec: RolloutSpec) -> RolloutSpec:
+        return dataclasses.replace(spec, system_prompt=self.system_prompt)
+
+    def wrap_environment(self, make_env: Callable[[], Environment]) -> Callable[[], Environment]:
+        return lambda: ReasoningEnvironment(make_env())
+
+    def shape_rewards(self, groups: Sequence[Group]) -> dict[str, float]:
+        return apply_format_reward(groups, self.spec.format_weight)

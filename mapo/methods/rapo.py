@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +29,7 @@ import torch
 
 from mapo.advantages import normalise
 from mapo.losses import topk_reverse_kl
+from mapo.methods.base import TrainingMethod
 from mapo.methods.hindsight_llm import make_llm_hindsight
 from mapo.methods.ranking import critique_from_levels, make_ranker
 from mapo.policy import Policy
@@ -277,8 +278,11 @@ class SelfDistillation:
         }
 
 
-class Rapo:
+class Rapo(TrainingMethod):
     """The RAPO options of one training run (holds the EMA teacher between steps)."""
+
+    name = "rapo"
+    transcript_keys = ("reaction", "rank", "rank_score", "critique")
 
     def __init__(self, spec: RapoSpec) -> None:
         self.spec = spec
@@ -286,6 +290,19 @@ class Rapo:
         self.ranker = make_ranker(spec.ranker, spec.ranker_backend) if spec.branching else None
         self.hindsight_llm = make_llm_hindsight(spec.hindsight_backend) if spec.hindsight == "llm" else None
         self.branch_metrics: dict[str, float] = {}
+        self._distill: SelfDistillation | None = None  # this step's term, for its metrics after the update
+
+    @classmethod
+    def from_config(cls, config: Any) -> Rapo | None:
+        spec = config.rapo
+        return cls(spec) if spec.branching or spec.distill or spec.hindsight != "off" else None
+
+    def rollout_function(self, rollout: Callable[..., list[Group]]) -> Callable[..., list[Group]]:
+        return self.rollout if self.spec.branching else rollout
+
+    def auxiliary_loss(self, policy: Policy, groups: Sequence[Group], temperature: float) -> SelfDistillation | None:
+        self._distill = self.distillation(policy, groups, temperature)
+        return self._distill
 
     def rollout(
         self,
@@ -344,9 +361,10 @@ class Rapo:
         distill.seconds = time.perf_counter() - clock
         return distill
 
-    def after_update(self, policy: Policy) -> None:
+    def after_update(self, policy: Policy) -> dict[str, float]:
         if self.ema is not None:
             self.ema.update(policy)
+        return self._distill.metrics() if self._distill is not None else {}
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint must keep: the EMA teacher's weights (None until its first use)."""

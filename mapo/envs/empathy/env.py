@@ -42,6 +42,12 @@ from mapo.envs.empathy.registry import ROLE_NAMES, make_role
 from mapo.envs.empathy.roles import Direction, Judgement
 from mapo.types import AXES, Scenario
 
+# The policy's system prompt unless the config gives one (rollout.system_prompt).
+LISTENER_PROMPT = (
+    "You are a caring, perceptive listener talking with someone who is going through a hard time. "
+    "Reply in two or three sentences: show you understand their situation, acknowledge their feelings, "
+    "and help them find their own next step."
+)
 DYNAMICS_FIELDS = tuple(f.name for f in fields(DynamicsConfig))
 # What a training run may have shortened or loosened; evaluation uses EMPA's constants instead.
 TRAINING_ONLY_OPTIONS = ("dynamics", "min_turns", *DYNAMICS_FIELDS)
@@ -107,8 +113,9 @@ class EmpathyEnvironment:
         self.done_reason: str | None = None
         self.fallbacks = {"judge": 0, "director": 0}
 
-    # -- how scenarios load and how evaluation adapts the options (mapo.envs.base) ----------
+    # -- the policy's prompt, how scenarios load, how evaluation adapts the options (mapo.envs.base)
 
+    system_prompt = LISTENER_PROMPT
     load_scenarios = staticmethod(card_scenarios)
 
     @staticmethod

@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from mapo.integrations.verl.agent_loop import AGENT_NAME, scenario_table
-from mapo.rollout import DEFAULT_SYSTEM_PROMPT  # the same policy prompt as `mapo train`
+from mapo.envs.empathy.env import LISTENER_PROMPT  # the same policy prompt as `mapo train`
 
 DATA_SOURCE = "mapo/empathy"
 
 
 def scenario_rows(
-    source: str, system_prompt: str = DEFAULT_SYSTEM_PROMPT, data_source: str = DATA_SOURCE
+    source: str, system_prompt: str = LISTENER_PROMPT, data_source: str = DATA_SOURCE
 ) -> list[dict[str, Any]]:
     """One verl dataset row per scenario of `source` (a bundled split name or a folder of cards)."""
     if not system_prompt.strip():
@@ -58,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--system-prompt-file", help="text file with the policy's system prompt")
     args = parser.parse_args(argv)
     system_prompt = (
-        Path(args.system_prompt_file).read_text(encoding="utf-8") if args.system_prompt_file else DEFAULT_SYSTEM_PROMPT
+        Path(args.system_prompt_file).read_text(encoding="utf-8") if args.system_prompt_file else LISTENER_PROMPT
     )
     out = Path(args.out).expanduser()
     for split, source in (("train", args.train), ("test", args.test)):
