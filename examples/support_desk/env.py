@@ -33,6 +33,13 @@ from .customer import Customer
 from .judge import Memory, Rules, SupportJudge
 
 
+AGENT_PROMPT = (
+    "You are a customer support agent answering a customer who is writing in with a problem. "
+    "Reply in two or three sentences: name what went wrong for them, ask for the one detail you need "
+    "if you do not have it yet, and say the concrete next step you are taking."
+)
+
+
 class SupportDeskEnvironment:
     """One support dialogue (see the module docstring)."""
 
@@ -62,8 +69,9 @@ class SupportDeskEnvironment:
         self.customer = customer or Customer()
         self.card: SupportCard | None = None
 
-    # -- how mapo finds scenarios and adapts evaluation (mapo.envs.base) ---------------------
+    # -- the policy's prompt, how scenarios load, how evaluation adapts (mapo.envs.base) -------
 
+    system_prompt = AGENT_PROMPT  # used when the config leaves rollout.system_prompt null
     load_scenarios = staticmethod(load_cards)
 
     @staticmethod

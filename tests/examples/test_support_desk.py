@@ -366,7 +366,8 @@ def test_the_config_is_the_default_run_on_the_support_desk():
     assert config.env.name == "examples.support_desk.env:SupportDeskEnvironment" and config.env.scenarios == "train"
     assert config.policy == default.policy and config.policy.model == "embedded"  # SmolLM2-135M + LoRA, on a CPU
     assert (config.steps, config.optim, config.advantage) == (default.steps, default.optim, default.advantage)
-    assert config.rollout.max_turns == 4 and "customer support agent" in config.rollout.system_prompt
+    assert config.rollout.max_turns == 4 and config.rollout.system_prompt is None  # the environment's own:
+    assert "customer support agent" in SupportDeskEnvironment.system_prompt
 
 
 def test_mapo_train_and_eval_run_the_example_from_its_folder(tmp_path, monkeypatch):
@@ -399,3 +400,5 @@ def test_mapo_train_and_eval_run_the_example_from_its_folder(tmp_path, monkeypat
     assert [s["scenario_id"] for s in data["scenarios"]] == sorted(s.id for s in load_cards("test"))
     assert data["summary"]["dialogues"] == 4 and sum(data["summary"]["outcomes"].values()) == 4
     assert set(data["summary"]["hacking"]) >= {"hack_distinct2", "hack_fragment"}
+    evaluated = [json.loads(line) for line in (out / "transcripts.jsonl").read_text().splitlines()]
+    assert all(t["system_prompt"] == SupportDeskEnvironment.system_prompt for t in evaluated)
