@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from mapo.types import Scenario
 from mapo.validation import describe_validation_error, read_yaml
 
-from .cues import Cue, parse_cue
+from .cues import parse_cue
 
 CARD_DIR = Path(__file__).parent / "cards"
 SPLITS = ("train", "test", "all")
@@ -121,10 +121,6 @@ class SupportCard(_Strict):
             initial_state=(-self.frustration, -self.unsolved),
             card=self.model_dump(),
         )
-
-
-def cues(texts: list[str]) -> tuple[Cue, ...]:
-    return tuple(parse_cue(t) for t in texts)
 
 
 def load_card(path: str | Path) -> SupportCard:

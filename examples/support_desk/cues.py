@@ -43,6 +43,10 @@ def parse_cue(text: str) -> Cue:
     return Cue(text, tuple(patterns))
 
 
+def compile_cues(texts: list[str]) -> tuple[Cue, ...]:
+    return tuple(parse_cue(t) for t in texts)
+
+
 def first_match(cues: tuple[Cue, ...], sentences: list[str]) -> tuple[Cue, str] | None:
     """The first (cue, sentence) where a cue matches a sentence, or None."""
     for sentence in sentences:

@@ -53,7 +53,7 @@ class SupportDeskEnvironment:
     ) -> None:
         if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
             raise ValueError(f"support-desk environment: max_turns must be an integer >= 1, got {max_turns!r}")
-        if not 0 < give_up_at <= MAX_FRUSTRATION:
+        if isinstance(give_up_at, bool) or not isinstance(give_up_at, (int, float)) or not 0 < give_up_at <= MAX_FRUSTRATION:
             raise ValueError(f"support-desk environment: give_up_at must be in (0, {MAX_FRUSTRATION:g}], got {give_up_at!r}")
         if judge is not None and rules is not None:
             raise ValueError("support-desk environment: give rules or a judge, not both (a judge has its own rules)")

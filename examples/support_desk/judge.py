@@ -22,38 +22,42 @@ policy drifts to, and the judge pays for none of it.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
 from mapo import degeneracy
 from mapo.envs.empathy.text import sentences, words
 
-from .cards import SupportCard, cues
-from .cues import Cue, first_match
+from .cards import SupportCard
+from .cues import compile_cues, first_match
 
 
 @dataclass(frozen=True)
 class Rules:
-    """How much each behaviour moves the customer's frustration (0-10 scale)."""
+    """How much each behaviour moves the customer's frustration (0-10 scale).
+
+    Every cost is named after the `Event` kind it prices."""
 
     acknowledgement: tuple[float, ...] = (1.5, 0.5)  # the 1st, 2nd, ... concrete acknowledgement; then 0
     progress: float = 0.5  # calming per step taken or detail asked for
     stall: float = 0.5  # a reply that neither acknowledges nor moves the problem
     blame: float = 2.0
     dismissal: float = 2.0
-    scripted_repeat: float = 1.0  # a template apology after the first
-    repeated_sentence: float = 1.0  # a sentence said in an earlier reply
+    scripted: float = 1.0  # a template apology after the first
+    repeated: float = 1.0  # a sentence said in an earlier reply
     wrong_promise: float = 1.5
-    anger_trigger: float = 1.5
+    anger: float = 1.5  # one of the card's anger triggers
     asked_again: float = 1.0  # asking for the detail they already gave
+    premature: float = 0.0  # a step tried before the detail is known: earns nothing
     degenerate: float = 1.0
     max_steps_per_reply: int = 2
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
             values = value if isinstance(value, tuple) else (value,)
-            if any(v < 0 for v in values):
-                raise ValueError(f"support-desk rules: {name} must not be negative, got {value!r}")
+            if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 for v in values):
+                raise ValueError(f"support-desk rules: {name} must be a finite number >= 0 (or a tuple of them), got {value!r}")
         if self.max_steps_per_reply < 1:
             raise ValueError(f"support-desk rules: max_steps_per_reply must be at least 1, got {self.max_steps_per_reply}")
 
@@ -170,11 +174,15 @@ class SupportJudge:
 
     def reset(self, card: SupportCard) -> None:
         self.card = card
-        self.grievances = cues(card.grievances)
-        self.detail_ask = cues(card.detail.ask)
-        self.steps = [(step, cues(step.cues)) for step in card.steps]
-        self.wrong = [(c, r.reply) for r in card.wrong_promises for c in cues([r.cue])]
-        self.anger = [(c, r.reply) for r in card.angered_by for c in cues([r.cue])]
+        self.grievances = compile_cues(card.grievances)
+        self.detail_ask = compile_cues(card.detail.ask)
+        self.steps = [(step, compile_cues(step.cues)) for step in card.steps]
+        self.reactions = [
+            (kind, cue, r.reply)
+            for kind, table in (("wrong_promise", card.wrong_promises), ("anger", card.angered_by))
+            for r in table
+            for cue in compile_cues([r.cue])
+        ]
         # what is true of this case, though the customer may not have said it yet (for the detectors)
         self.background = [card.title, card.product, card.opening, card.detail.reveal]
 
@@ -182,74 +190,70 @@ class SupportJudge:
         if self.card is None:
             raise RuntimeError("support-desk judge: call reset(card) before score()")
         rules = self.rules
-        findings = degeneracy.find(
-            _AGENT_TALK.sub("the ", reply), memory.customer_messages, context_texts=self.background
-        )
+        findings = degeneracy.find(_AGENT_TALK.sub("the ", reply), memory.customer_messages, context_texts=self.background)
         findings = [f for f in findings if f.family != "invented"]  # departments and products are not invented people
         if findings:
-            events = tuple(Event("degenerate", f"{f.family}: {f.evidence}") for f in findings)
-            return Verdict(rules.degenerate, events=events)
+            return Verdict(rules.degenerate, events=tuple(Event("degenerate", f"{f.family}: {f.evidence}") for f in findings))
 
         said = sentences(reply)
-        events: list[Event] = []
-        change = 0.0
-        for kind, pattern, cost in (("blame", _BLAME, rules.blame), ("dismissal", _DISMISSAL, rules.dismissal)):
-            hit = pattern.search(reply)
-            if hit:
-                events.append(Event(kind, hit.group(0)))
-                change += cost
-        hostile = bool(events)
+        events = [*self._hostility(reply), *self._card_reactions(said), *self._repeats(said, memory)]
+        hostile = any(e.kind in ("blame", "dismissal") for e in events)
+        tainted = {e.evidence for e in events if e.kind == "wrong_promise"}  # a wrong promise takes no step
 
-        for kind, table, cost in (("wrong_promise", self.wrong, rules.wrong_promise), ("anger", self.anger, rules.anger_trigger)):
-            for cue, line in table:
-                hit = first_match((cue,), [s for s in said if not _NEGATION_OR_NO.search(s)])
-                if hit:
-                    events.append(Event(kind, hit[1], line))
-                    change += cost
-        tainted = {e.evidence for e in events if e.kind == "wrong_promise"}
-
-        repeated = [s for s in said if _norm(s) and _norm(s) in memory.agent_sentences]
-        if repeated:
-            events.append(Event("repeated", repeated[0]))
-            change += rules.repeated_sentence
-
-        # acknowledgement: concrete (empathy + their grievance in one sentence) or a template
         concrete = next((s for s in said if _EMPATHY.search(s) and first_match(self.grievances, [s])), None)
         acknowledged = concrete is not None and not hostile
         k = memory.acknowledgements
         soothing = rules.acknowledgement[k] if acknowledged and k < len(rules.acknowledgement) else 0.0
-        change -= soothing
         template = None if concrete else next((s for s in said if _SCRIPTED.search(s) or _EMPATHY.search(s)), None)
         if template is not None and memory.scripted >= 1:
             events.append(Event("scripted", template))
-            change += rules.scripted_repeat
 
-        asked_detail = False
         requests = [s for s in said if s not in tainted and (s.rstrip().endswith("?") or _REQUEST.search(s))]
         ask = first_match(self.detail_ask, requests)
-        if ask is not None:
-            if memory.detail_known:
-                events.append(Event("asked_again", ask[1]))
-                change += rules.asked_again
-            else:
-                asked_detail = True
-                change -= rules.progress
+        if ask is not None and memory.detail_known:
+            events.append(Event("asked_again", ask[1]))
+        asked = ask is not None and not memory.detail_known
 
+        taken, premature = self._steps([s for s in said if s not in tainted], memory)
+        events += premature
+        if not (soothing or asked or taken or events):  # an acknowledgement said once too often stalls too
+            events.append(Event("stall", reply[:80]))
+        change = sum(getattr(rules, e.kind) for e in events) - soothing - rules.progress * (len(taken) + asked)
+        return Verdict(change, tuple(taken), asked, acknowledged, template is not None, tuple(events))
+
+    def _hostility(self, reply: str) -> list[Event]:
+        """Blame and dismissal, wherever they are in the reply."""
+        hits = ((kind, pattern.search(reply)) for kind, pattern in (("blame", _BLAME), ("dismissal", _DISMISSAL)))
+        return [Event(kind, hit.group(0)) for kind, hit in hits if hit]
+
+    def _card_reactions(self, said: list[str]) -> list[Event]:
+        """The card's wrong promises and anger triggers, in sentences that do not negate them."""
+        affirmed = [s for s in said if not _NEGATION_OR_NO.search(s)]
+        events = []
+        for kind, cue, line in self.reactions:
+            hit = first_match((cue,), affirmed)
+            if hit:
+                events.append(Event(kind, hit[1], line))
+        return events
+
+    @staticmethod
+    def _repeats(said: list[str], memory: Memory) -> list[Event]:
+        repeated = [s for s in said if _norm(s) and _norm(s) in memory.agent_sentences]
+        return [Event("repeated", repeated[0])] if repeated else []
+
+    def _steps(self, said: list[str], memory: Memory) -> tuple[list[str], list[Event]]:
+        """The open steps the reply takes (at most `max_steps_per_reply`), and those it tried too early."""
+        usable = [s for s in said if not _NEGATION.search(s)]
         taken: list[str] = []
-        usable = [s for s in said if s not in tainted and not _NEGATION.search(s)]
+        premature: list[Event] = []
         for step, step_cues in self.steps:
-            if step.id in memory.steps_done or len(taken) >= rules.max_steps_per_reply:
+            if step.id in memory.steps_done or len(taken) >= self.rules.max_steps_per_reply:
                 continue
             hit = first_match(step_cues, usable)
             if hit is None:
                 continue
             if step.needs_detail and not memory.detail_known:
-                events.append(Event("premature", hit[1]))
-                continue
-            taken.append(step.id)
-            change -= rules.progress
-
-        if not (soothing or asked_detail or taken or events):  # an acknowledgement said once too often stalls too
-            events.append(Event("stall", reply[:80]))
-            change += rules.stall
-        return Verdict(change, tuple(taken), asked_detail, acknowledged, template is not None, tuple(events))
+                premature.append(Event("premature", hit[1]))
+            else:
+                taken.append(step.id)
+        return taken, premature

@@ -217,7 +217,7 @@ def test_repeated_template_apologies_and_acknowledgements_wear_out():
     template = "We apologize for any inconvenience."
     _, _, results = play(DOUBLE, [template, template.replace("any", "the"), "We value your business."])
     changes = [r.info["frustration_change"] for r in results]
-    assert changes[0] == Rules().stall and changes[1] == changes[2] == Rules().scripted_repeat
+    assert changes[0] == Rules().stall and changes[1] == changes[2] == Rules().scripted
     assert [e["kind"] for e in results[1].info["events"]] == ["scripted"]
     concrete = [
         "I'm sorry you were charged twice this month.",
@@ -240,8 +240,9 @@ def test_rules_come_from_the_environment_options():
     assert gained == pytest.approx(-(math.hypot(10, 8) - math.hypot(6, 8)))
     with pytest.raises(ValueError, match="rules: unknown key\\(s\\) blam"):
         SupportDeskEnvironment(rules={"blam": 1.0})
-    with pytest.raises(ValueError, match="stall must not be negative"):
-        SupportDeskEnvironment(rules={"stall": -1})
+    for bad in ({"stall": -1}, {"blame": float("nan")}, {"acknowledgement": [1.5, "a lot"]}):
+        with pytest.raises(ValueError, match=f"rules: {next(iter(bad))} must be a finite number >= 0"):
+            SupportDeskEnvironment(rules=bad)
 
 
 # -- the simulated customer ------------------------------------------------------------------------
@@ -317,7 +318,7 @@ def test_the_dialogue_times_out_and_refuses_misuse():
     assert result.done and result.info["done_reason"] == "timeout"
     with pytest.raises(RuntimeError, match="has ended \\(timeout\\)"):
         env.step("one more")
-    for bad in ({"max_turns": 0}, {"give_up_at": 11}):
+    for bad in ({"max_turns": 0}, {"max_turns": "4"}, {"give_up_at": 11}, {"give_up_at": "high"}):
         with pytest.raises(ValueError, match="support-desk environment"):
             SupportDeskEnvironment(**bad)
     from mapo.types import Scenario
