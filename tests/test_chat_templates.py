@@ -18,7 +18,8 @@ from tiny_policy import ToyEnvironment, tiny_policy, toy_scenarios
 from mapo.chat_template import ChatTemplateError, load_template
 from mapo.config import OptimSpec
 from mapo.losses import LossSpec, check_reply_ids, packed_sequence
-from mapo.policy import LoraSpec, PolicySpec, load_policy
+from mapo.model_source import LoraSpec, PolicySpec
+from mapo.policy import load_policy
 from mapo.rollout import RolloutSpec, rollout
 from mapo.update import update
 

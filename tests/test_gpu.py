@@ -14,7 +14,8 @@ import torch
 
 from mapo.config import OptimSpec
 from mapo.losses import LossSpec, TrainSequence
-from mapo.policy import LoraSpec, PolicySpec, load_policy
+from mapo.model_source import LoraSpec, PolicySpec
+from mapo.policy import load_policy
 from mapo.update import update
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -8,15 +8,9 @@ import pytest
 import torch
 from tiny_policy import tiny_policy
 
-from mapo.policy import (
-    ModelSourceError,
-    PolicySpec,
-    embedded_gguf_path,
-    entropy_from_logits,
-    gguf_model_folder,
-    load_policy,
-    resolve_source,
-)
+from mapo.gguf_cache import gguf_model_folder
+from mapo.model_source import ModelSourceError, PolicySpec, embedded_gguf_path, resolve_source
+from mapo.policy import entropy_from_logits, load_policy
 
 
 @pytest.fixture(scope="module")
@@ -188,7 +182,7 @@ def test_embedded_gguf_converts_to_a_plain_folder_and_samples():
 
 
 def test_lora_top_layers_adapts_only_the_last_layers():
-    from mapo.policy import LoraSpec
+    from mapo.model_source import LoraSpec
 
     policy = load_policy(PolicySpec(model="tiny", lora=LoraSpec(r=2, alpha=4, top_layers=1)))
     adapted = {n.split(".layers.")[1].split(".")[0] for n, _ in policy.model.named_parameters() if "lora_" in n}

@@ -21,11 +21,8 @@ import torch
 from tiny_policy import ToyEnvironment, tiny_policy, toy_scenarios
 from typer.testing import CliRunner
 
-from mapo.backends.openai_compat import (
-    BackendUnavailable,
-    ChatBackend,
-    ChatBackendConfig,
-)
+from mapo.backends.endpoint import BackendUnavailable, ChatBackendConfig
+from mapo.backends.openai_compat import ChatBackend
 from mapo.cli import app
 from mapo.config import AdvantageSpec, TrainConfig, load_config
 from mapo.losses import LossSpec, packed_sequence
@@ -85,7 +82,7 @@ def _cli_train(out: Path, overrides: list[str]):
 
 def test_every_fault_kind_reaches_the_backend_as_its_retry_cause(judge_server):
     """Each injected transport fault is retried once and counted under its cause; the reply still arrives."""
-    from mapo.envs.empathy.llm import JUDGE_USER
+    from mapo.envs.empathy.llm.prompts import JUDGE_USER
 
     name = next(iter(judge_server.cards))
     prompt = JUDGE_USER.format(profile=f"Name: {name}, 40, baker", standing="Deepest need now: A.",

@@ -12,7 +12,8 @@ import time
 
 from mapo.envs.base import ENVIRONMENTS, StepResult, register_environment
 from mapo.envs.empathy.cards import card_scenarios
-from mapo.policy import LoraSpec, Policy, PolicySpec, load_policy
+from mapo.model_source import LoraSpec, PolicySpec
+from mapo.policy import Policy, load_policy
 from mapo.types import Scenario
 
 

@@ -1,18 +1,14 @@
 """Chat backends for the environment's LLM roles.
 
-`openai_compat`: any OpenAI-compatible HTTP server; `json_output`: structured
-replies (extract, validate, repair once, fall back).
+`transports`: which chat transport a role's options name (default: `openai_compat`, any
+OpenAI-compatible HTTP server, configured by `endpoint`; or a plug-in); `json_output`:
+structured replies (extract, validate, repair once, fall back).
 """
 
+from mapo.backends.endpoint import BackendError, BackendRequestError, BackendUnavailable, ChatBackendConfig
 from mapo.backends.json_output import ChatClient, JSONOutputError, JSONReply, request_json
-from mapo.backends.openai_compat import (
-    BackendError,
-    BackendRequestError,
-    BackendUnavailable,
-    ChatBackend,
-    ChatBackendConfig,
-    shared_backend,
-)
+from mapo.backends.openai_compat import ChatBackend, shared_backend
+from mapo.backends.transports import TRANSPORTS, chat_client
 
 __all__ = [
     "BackendError",
@@ -21,8 +17,10 @@ __all__ = [
     "ChatBackend",
     "ChatBackendConfig",
     "ChatClient",
+    "chat_client",
     "JSONOutputError",
     "JSONReply",
+    "TRANSPORTS",
     "request_json",
     "shared_backend",
 ]

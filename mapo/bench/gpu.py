@@ -175,7 +175,7 @@ def bench_gpu(
     repeats: int = 3,
 ) -> dict[str, Any]:
     """Per shape: rollout and update tokens/s, MFU against the measured matmul peak, peak memory."""
-    from mapo.policy import shape_config
+    from mapo.model_source import shape_config
 
     for shape in shapes:
         shape_config(shape)  # an unknown shape fails before anything slow

@@ -68,7 +68,7 @@ EnvironmentFactory = Callable[..., Environment]
 ENVIRONMENTS: Registry[EnvironmentFactory] = Registry(
     "environment",
     group="mapo.environments",
-    builtins={"empathy": "mapo.envs.empathy.env:EmpathyEnvironment", "emotion": "mapo.envs.emotion:EmotionEnvironment"},
+    builtins={"empathy": "mapo.envs.empathy.env:EmpathyEnvironment", "emotion": "mapo.envs.emotion.env:EmotionEnvironment"},
 )
 
 

@@ -1,6 +1,6 @@
 """Load a policy to evaluate from what `--model` names, including a training run's output.
 
-Accepted: anything `mapo.policy.PolicySpec.model` accepts (HF folder, .gguf file,
+Accepted: anything `mapo.model_source.PolicySpec.model` accepts (HF folder, .gguf file,
 "embedded", "tiny"), or a run folder (`config.yaml` + `final/` or checkpoints), its
 `final/` folder, or one checkpoint (`checkpoints/step-NNNNNN`, or its `policy/`).
 A run's weights are loaded onto the base model its config.yaml names (LoRA adapters
@@ -48,7 +48,7 @@ def resolve_model(model: str) -> tuple[Any, Path | None, str, int]:
     The seed matters for the "tiny" base, which is built from a seed: a run's adapters
     only fit the base it was trained on.
     """
-    from mapo.policy import LoraSpec, PolicySpec
+    from mapo.model_source import LoraSpec, PolicySpec
 
     path = Path(model).expanduser()
     config = run_config(model)

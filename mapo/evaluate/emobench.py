@@ -12,7 +12,6 @@ given or its `emobench/` subfolder; the prompts below are ours.
 
 from __future__ import annotations
 
-import json
 import re
 import string
 from collections import defaultdict
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mapo.evaluate.bench import BenchmarkDataError, ask_in_batches
+from mapo.validation import json_lines
 from mapo.evaluate.responders import Conversation, Responder
 
 TASKS = ("EA", "EU")
@@ -157,18 +157,8 @@ def load_emobench(
         if not path.is_file():
             raise BenchmarkDataError(f"{path}: file not found (EmoBench task {task})")
         kept = []
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as err:
-            raise BenchmarkDataError(f"{path}: not UTF-8 text ({err.reason})") from None
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
+        for number, raw in json_lines(path, f"EmoBench task {task}", BenchmarkDataError):
             where = f"{path}:{number}"
-            try:
-                raw = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise BenchmarkDataError(f"{where}: not valid JSON ({err.msg})") from None
             if not isinstance(raw, dict):
                 raise BenchmarkDataError(f"{where}: expected a JSON object")
             item = _parse_item(task, raw, where)

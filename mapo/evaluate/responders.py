@@ -89,7 +89,8 @@ def endpoint_policy(
     endpoint: str, model: str | None, api_key_env: str | None = "OPENAI_API_KEY", concurrency: int = 8,
     timeout: float = 120.0,
 ) -> EndpointPolicy:
-    from mapo.backends.openai_compat import ChatBackend, ChatBackendConfig
+    from mapo.backends.endpoint import ChatBackendConfig
+    from mapo.backends.openai_compat import ChatBackend
 
     if not model:
         raise ValueError("--endpoint needs --endpoint-model: the model name the server serves")

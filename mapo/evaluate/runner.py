@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mapo.envs.base import environment_factory, load_scenarios, with_turn_cap
+from mapo.envs.base import environment_factory, evaluation_options, load_scenarios, with_turn_cap
 from mapo.evaluate.bench import write_jsonl
 from mapo.evaluate.empa import aggregate, dialogue_metrics, hacking_line, per_scenario, transcript_record
 from mapo.rollout import RolloutSpec
@@ -56,6 +56,33 @@ class EvalSpec:
             system_prompt=self.system_prompt,
             env_workers=self.env_workers,
         )
+
+
+def eval_spec_for(
+    trained: Any | None,
+    env: str | None,
+    env_options: dict[str, Any],
+    *,
+    max_sentences: int | None,
+    system_prompt: str | None,
+    **settings: Any,
+) -> EvalSpec:
+    """`mapo eval`'s settings: what is given, else what the policy's training run used (`trained`,
+    its TrainConfig, or None), else EvalSpec's defaults. `max_sentences=0` means no sentence limit;
+    a run's environment options lose their training-only ending rules (`evaluation_options`)."""
+    if not env_options and trained is not None and not env:
+        env_options = evaluation_options(trained.env.name, trained.env.options)
+    if max_sentences is None:
+        max_sentences = trained.rollout.max_sentences if trained else EvalSpec.max_sentences
+    if system_prompt is None:
+        system_prompt = trained.rollout.system_prompt if trained else EvalSpec.system_prompt
+    return EvalSpec(
+        env=env or (trained.env.name if trained else EvalSpec.env),
+        env_options=env_options,
+        max_sentences=max_sentences or None,
+        system_prompt=system_prompt,
+        **settings,
+    )
 
 
 def env_options_for(spec: EvalSpec) -> dict[str, Any]:

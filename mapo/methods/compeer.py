@@ -57,7 +57,7 @@ def apply_redundancy(
     `similarity` defaults to the empathy environment's sentence-embedding cosine.
     """
     if similarity is None:
-        from mapo.envs.empathy.embeddings import similarity
+        from mapo.envs.embeddings import similarity
 
     clock = time.perf_counter()
     s_in: list[float] = []

@@ -100,10 +100,12 @@ class LLMHindsight:
 
 
 def make_llm_hindsight(backend: Mapping[str, Any]) -> LLMHindsight:
-    """From `rapo.hindsight_backend`: a ChatBackendConfig mapping (base_url, model, ...; json_format optional)."""
-    from mapo.backends.openai_compat import shared_backend
+    """From `rapo.hindsight_backend`: a ChatBackendConfig mapping (base_url, model, ...; json_format and
+    transport optional, mapo.backends.transports)."""
+    from mapo.backends.transports import chat_client
 
     options = dict(backend)
     json_format = options.pop("json_format", None)
-    client = shared_backend(options)
-    return LLMHindsight(client, json_format, workers=client.config.concurrency)
+    client = chat_client(options)
+    config = getattr(client, "config", None)  # an OpenAI-compatible backend says how many requests it takes at once
+    return LLMHindsight(client, json_format, workers=getattr(config, "concurrency", 1))

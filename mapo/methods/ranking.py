@@ -189,13 +189,14 @@ class LLMRanker:
 
 
 def make_ranker(kind: str, backend: Mapping[str, Any]) -> Ranker:
-    """`offline`, or `llm` with `backend` = a ChatBackendConfig mapping (base_url, model, ...; json_format optional)."""
+    """`offline`, or `llm` with `backend` = a ChatBackendConfig mapping (base_url, model, ...; json_format and
+    transport optional, mapo.backends.transports)."""
     if kind == "offline":
         return OfflineRanker()
     if kind == "llm":
-        from mapo.backends.openai_compat import shared_backend
+        from mapo.backends.transports import chat_client
 
         options = dict(backend)
         json_format = options.pop("json_format", None)
-        return LLMRanker(shared_backend(options), json_format)
+        return LLMRanker(chat_client(options), json_format)
     raise ValueError(f"rapo.ranker must be offline or llm, got {kind!r}")

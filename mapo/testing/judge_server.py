@@ -28,9 +28,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from mapo.envs.empathy.cards import ScenarioCard, bundled_scenarios
-from mapo.envs.empathy.judge import CUE_FIELDS, JudgeContext, OfflineJudge
-from mapo.envs.empathy.llm import _is_quoted
-from mapo.envs.empathy.roles import LEVEL_KEYS
+from mapo.envs.empathy.offline.features import CUE_FIELDS, JudgeContext
+from mapo.envs.empathy.offline.judge import OfflineJudge
+from mapo.envs.empathy.llm.judge import _is_quoted
+from mapo.envs.dynamics import LEVEL_KEYS
 from mapo.methods.hindsight_llm import HINDSIGHT_HEADER
 from mapo.types import Scenario
 

@@ -56,7 +56,7 @@ class LlamaServer:
         if problem:
             raise LlamaServerError(problem)
         if model is None:
-            from mapo.policy import embedded_gguf_path
+            from mapo.model_source import embedded_gguf_path
 
             model = embedded_gguf_path()
         self.alias = alias

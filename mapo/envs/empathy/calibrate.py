@@ -25,16 +25,17 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import yaml
 
-from mapo.envs.dynamics import levels_to_vector, validate_levels
+from mapo.envs.dynamics import LEVEL_KEYS, levels_to_vector, validate_levels
 from mapo.envs.empathy.cards import ScenarioCard
-from mapo.envs.empathy.judge import JudgeContext
-from mapo.envs.empathy.roles import LEVEL_KEYS, Judgement
+from mapo.envs.empathy.offline.features import JudgeContext
+from mapo.envs.empathy.roles import Judgement
 from mapo.types import AXES
 
 Split = Literal["calibration", "heldout", "adversarial", "blind", "all"]
-# calibration: tune on it; heldout: a regression guard; adversarial: degenerate replies of the
-# failure families below beside good replies to the same contexts; blind: written before any
-# tuning against it and read once at the end.
+# calibration: tune on it; heldout: a regression guard (the bundled-card contexts and the
+# former blind sets, `former_blind/`); adversarial: degenerate replies of the failure families
+# below beside good replies to the same contexts; blind: written by someone who never saw the
+# judge, before any tuning against it, and read once at the end (`blind/`, absent until then).
 SPLITS = ("calibration", "heldout", "adversarial", "blind")
 # Degenerate replies a reward-seeking policy drifts to; none may earn progress (v . v*_0 <= 0).
 FAILURE_FAMILIES = (

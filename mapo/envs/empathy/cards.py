@@ -17,7 +17,6 @@ from mapo.types import AXES, Scenario
 from mapo.validation import describe_validation_error, read_yaml
 
 CATEGORIES = ("career", "relationships", "health", "living", "leisure", "values")
-INDICATOR_KEYS = ("C1", "C2", "C3", "A1", "A2", "A3", "P1", "P2", "P3")
 
 
 # A list entry that must say something (str_strip_whitespace strips it first).

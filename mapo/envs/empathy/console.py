@@ -12,7 +12,7 @@ from rich.table import Table
 
 from mapo.envs.base import make_environment
 from mapo.envs.empathy.cards import bundled_scenarios, load_card
-from mapo.envs.empathy.roles import LEVEL_KEYS
+from mapo.envs.dynamics import LEVEL_KEYS
 from mapo.rewards import rewards_from_distances
 from mapo.types import AXES, Scenario
 

@@ -43,140 +43,30 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from mapo.envs.dynamics import initial_vector
-from mapo.envs.empathy.cards import CATEGORIES, INDICATOR_KEYS, CardError, ScenarioCard
+from mapo.envs.dynamics import INDICATOR_KEYS, initial_vector
+from mapo.envs.empathy.cards import CATEGORIES, CardError, ScenarioCard
+from mapo.envs.empathy.empa_sections import (
+    CANONICAL,
+    INDICATOR_RE,
+    LEVEL_RE,
+    LEVEL_WORDS,
+    SECTIONS,
+    THRESHOLD,
+    Entry,
+    Section,
+    axis_of,
+    norm_key,
+    prose,
+    split_sections,
+)
 from mapo.types import AXES, Scenario
-from mapo.validation import describe_validation_error
-
-SECTIONS = ("character_info", "empathy_threshold", "psychological_profile", "experience", "scenario")
+from mapo.validation import describe_validation_error, read_text
 
 DEFAULT_SPEAKING_STYLE = "Chats in short, natural messages, like a real person typing to someone online."
-
-
-@dataclass
-class Entry:
-    key: str  # as written
-    value: str
-    line: int  # 1-based line in the file
-    items: list[str] = field(default_factory=list)  # sub-list lines under the key
-
-    def text(self) -> str:
-        """The value and its sub-items as one string."""
-        return " ".join([self.value, *self.items]).strip()
-
-
-@dataclass
-class Section:
-    name: str
-    line: int  # line of the opening tag
-    entries: list[Entry]
-    free_lines: list[tuple[int, str]]  # lines that are not `- key: value` entries or their sub-items
-
-
-def _norm(key: str) -> str:
-    return re.sub(r"[\s_\-*`]+", "", key).lower()
-
-
-# Normalised key -> canonical name. English first, EMPA's Chinese keys after.
-_KEYS: dict[str, tuple[str, ...]] = {
-    "name": ("name", "姓名"),
-    "gender": ("gender", "sex", "性别"),
-    "age": ("age", "年龄"),
-    "occupation": ("occupation", "job", "profession", "职业"),
-    "personality": ("socialpersonality", "innerpersonality", "corepersonality", "personality", "traits",
-                    "社交性格", "内核性格", "性格"),
-    "style": ("outputformat", "speakingstyle", "chatprinciple", "chatprinciples", "chatstrategy",
-              "输出格式", "说话风格", "聊天原则", "聊天策略"),
-    "activity": ("currentactivity", "currentbehaviour", "currentbehavior", "当前行为"),
-    "category": ("category", "类别", "场景类别"),
-    "topic": ("topic", "chattopic", "聊天话题"),
-    "need": ("empathyneed", "empathyneeds", "共情需求"),
-    "priority": ("priority", "priorities", "empathypriority", "currentpriorityofempathyneeds",
-                 "currentempathypriority", "当下共情需求优先级", "共情需求优先级"),
-    "dominant_axis": ("dominantaxis", "主导轴"),
-    "indicators": ("indicators", "indicatorlevels", "指标"),
-    "memory": ("childhood", "adolescence", "youth", "adulthood", "pastexperience", "pastexperiences",
-               "memory", "memories", "童年", "少年", "青年", "成年", "过往经历"),
-    "growth": ("hiddengrowthline", "hiddengrowtharc", "growtharc", "growthline",
-               "隐形成长主线", "隐形成长主线脉络"),
-    "status": ("currentstatus", "currentsituation", "角色现状"),
-    "goal": ("lifegoal", "人生目标"),
-    "vision": ("lifevision", "人生愿景"),
-    "cause": ("cause", "storycause", "causeofthestory", "故事起因"),
-    "background": ("background", "backgroundsetting", "背景设定"),
-    "opening": ("openingline", "firstmessage", "opening", "开场白"),
-}
-_CANONICAL = {alias: name for name, aliases in _KEYS.items() for alias in aliases}
-
-# Words naming each kind of empathy (EMPA calls the proactive axis "motivational", 动机).
-_AXIS_WORDS = {
-    "C": ("cognitive", "认知"),
-    "A": ("affective", "emotional", "情感"),
-    "P": ("proactive", "motivational", "动机"),
-}
-_LEVEL_WORDS = {"high": 3, "高": 3, "mid": 2, "medium": 2, "middle": 2, "中": 2, "low": 1, "低": 1}
-_LEVEL_RE = r"(high|medium|middle|mid|low|高|中|低)"
-
-_ENTRY = re.compile(r"^\s{0,1}[-*]\s+(?P<key>[^:：]{1,60}?)\s*[:：]\s*(?P<value>.*)$")
-_SUB_ITEM = re.compile(r"^(?:\s{2,}[-*]\s+|\s*\d+[.)、]\s*|\s{2,})(?P<text>\S.*)$")
-_THRESHOLD = re.compile(rf"(?:threshold|阈值)\W*{_LEVEL_RE}", re.IGNORECASE)
-_INDICATOR = re.compile(r"\b([CAP][123])\s*[=:：]\s*(-?\d+)\b", re.IGNORECASE)
-
-
-def _prose(*parts: str) -> str:
-    """Join list fragments into sentences: each capitalised and ended with a full stop if it has none."""
-    out = []
-    for part in (p.strip() for p in parts):
-        if part:
-            part = part[0].upper() + part[1:]
-            out.append(part if part[-1] in ".!?…。！？\"'" else part + ".")
-    return " ".join(out)
-
-
-def _axis_of(text: str) -> str | None:
-    low = text.lower()
-    hits = [axis for axis, words in _AXIS_WORDS.items() if any(w in low for w in words)]
-    return hits[0] if len(hits) == 1 else None
-
-
-def _parse_section(name: str, body: str, first_line: int) -> Section:
-    entries: list[Entry] = []
-    free: list[tuple[int, str]] = []
-    for offset, raw in enumerate(body.split("\n")):
-        line_no = first_line + offset
-        if not raw.strip() or raw.lstrip().startswith("#"):
-            continue
-        match = _ENTRY.match(raw)
-        if match:
-            entries.append(Entry(match["key"].strip(), match["value"].strip(), line_no))
-            continue
-        sub = _SUB_ITEM.match(raw)
-        if sub and entries and (raw.startswith((" ", "\t")) or re.match(r"^\d", raw)):
-            entries[-1].items.append(sub["text"].strip())
-            continue
-        free.append((line_no, raw.strip().lstrip("-* ").strip()))
-    return Section(name, first_line, entries, free)
-
-
-def _split_sections(path: Path, text: str) -> dict[str, Section]:
-    sections: dict[str, Section] = {}
-    for name in SECTIONS:
-        open_match = re.search(rf"<{name}>", text)
-        if open_match is None:
-            needed = ", ".join(f"<{s}>" for s in SECTIONS)
-            raise CardError(f"{path}: missing section <{name}> (an EMPA card needs {needed})")
-        close = text.find(f"</{name}>", open_match.end())
-        open_line = text.count("\n", 0, open_match.start()) + 1
-        if close < 0:
-            raise CardError(f"{path}:{open_line}: section <{name}> is never closed (no </{name}>)")
-        body = text[open_match.end() : close]
-        sections[name] = _parse_section(name, body, open_line)
-    return sections
 
 
 class _Card:
@@ -191,7 +81,7 @@ class _Card:
         return CardError(f"{where}: section <{section}>: {what}")
 
     def entries(self, section: str, name: str) -> list[Entry]:
-        return [e for e in self.sections[section].entries if _CANONICAL.get(_norm(e.key)) == name]
+        return [e for e in self.sections[section].entries if CANONICAL.get(norm_key(e.key)) == name]
 
     def first(self, section: str, name: str) -> Entry | None:
         found = [e for e in self.entries(section, name) if e.text()]
@@ -220,7 +110,7 @@ class _Card:
             raise self.error("character_info", "missing entry 'occupation' (or 'current status' in <experience>)",
                              self.sections["character_info"].line)
         traits = [e.text() for e in self.entries("character_info", "personality") if e.text()]
-        traits += [text for _, text in self.threshold_lines() if not _THRESHOLD.search(text)]
+        traits += [text for _, text in self.threshold_lines() if not THRESHOLD.search(text)]
         if not traits:
             raise self.error("character_info", "no personality entries and no threshold bullets to describe the person",
                              self.sections["character_info"].line)
@@ -247,9 +137,9 @@ class _Card:
 
     def threshold(self) -> int:
         for _, text in self.threshold_lines():
-            match = _THRESHOLD.search(text)
+            match = THRESHOLD.search(text)
             if match:
-                return _LEVEL_WORDS[match.group(1).lower()]
+                return LEVEL_WORDS[match.group(1).lower()]
         raise self.error("empathy_threshold", "no threshold level; expected e.g. 'Empathy threshold [High]' "
                          "(High, Mid or Low)", self.sections["empathy_threshold"].line)
 
@@ -257,9 +147,9 @@ class _Card:
         """The profile's line for each kind of empathy, e.g. 'Affective empathy: [Priority: High] ...'."""
         out: dict[str, Entry] = {}
         for entry in self.sections["psychological_profile"].entries:
-            if _CANONICAL.get(_norm(entry.key)):
+            if CANONICAL.get(norm_key(entry.key)):
                 continue
-            axis = _axis_of(entry.key)
+            axis = axis_of(entry.key)
             if axis and axis not in out:
                 out[axis] = entry
         return out
@@ -268,15 +158,15 @@ class _Card:
         axis_lines = self.axis_lines()
         levels: dict[str, int] = {}
         for axis, entry in axis_lines.items():
-            match = re.search(rf"{_LEVEL_RE}", entry.text(), re.IGNORECASE)
+            match = re.search(rf"{LEVEL_RE}", entry.text(), re.IGNORECASE)
             if match:
-                levels[axis] = _LEVEL_WORDS[match.group(1).lower()]
+                levels[axis] = LEVEL_WORDS[match.group(1).lower()]
         if len(levels) == 3:
             return levels
         entry = self.first("psychological_profile", "priority")
         if entry is not None:
             order = entry.items or [p for p in re.split(r"[>,，、;]+", entry.value) if p.strip()]
-            ranked = [_axis_of(item) for item in order]
+            ranked = [axis_of(item) for item in order]
             if len(ranked) == 3 and sorted(a for a in ranked if a) == sorted(AXES):
                 return {axis: 3 - rank for rank, axis in enumerate(ranked)}  # type: ignore[misc]
             raise self.error("psychological_profile", f"priority must rank cognitive, affective and proactive "
@@ -292,7 +182,7 @@ class _Card:
         for entry in section.entries:
             texts = [f"{entry.key}: {entry.value}", *entry.items]
             for text in texts:
-                for key, level in _INDICATOR.findall(text):
+                for key, level in INDICATOR_RE.findall(text):
                     found[key.upper()] = (int(level), entry.line)
         if not found:
             t, p = self.threshold(), self.priorities()
@@ -315,7 +205,7 @@ class _Card:
             text = ""
             if axis in axis_lines:
                 text = re.sub(r"^\W*(?:\[[^\]]*\]|【[^】]*】)\W*", "", axis_lines[axis].text()).strip()
-                text = re.sub(rf"^{_LEVEL_RE}\s*(priority|优先级)?\W*", "", text, flags=re.IGNORECASE).strip()
+                text = re.sub(rf"^{LEVEL_RE}\s*(priority|优先级)?\W*", "", text, flags=re.IGNORECASE).strip()
             text = text or need
             if not text:
                 raise self.error("psychological_profile", f"nothing to describe {cue_name}: add an 'Empathy need' "
@@ -326,7 +216,7 @@ class _Card:
     def memories(self) -> list[str]:
         memories: list[str] = []
         for entry in self.entries("experience", "memory"):
-            memories += [_prose(item) for item in entry.items if item] or ([_prose(entry.value)] if entry.value else [])
+            memories += [prose(item) for item in entry.items if item] or ([prose(entry.value)] if entry.value else [])
         if not memories:
             raise self.error("experience", "no past experiences (childhood, adolescence, youth or "
                              "'past experiences' entries)", self.sections["experience"].line)
@@ -337,10 +227,10 @@ class _Card:
         if script.is_file():
             return _script_stages(script)
         parts = [
-            ("What happened", _prose(self.value("scenario", "cause"))),
-            ("The background", _prose(self.value("scenario", "background"))),
-            ("Where they stand now", _prose(self.value("experience", "status"))),
-            ("What they hope for", _prose(self.value("experience", "goal"), self.value("experience", "vision"))),
+            ("What happened", prose(self.value("scenario", "cause"))),
+            ("The background", prose(self.value("scenario", "background"))),
+            ("Where they stand now", prose(self.value("experience", "status"))),
+            ("What they hope for", prose(self.value("experience", "goal"), self.value("experience", "vision"))),
         ]
         missing = [title for title, content in parts if not content]
         if missing:
@@ -393,20 +283,15 @@ def _script_stages(script: Path) -> list[dict[str, str]]:
 def load_empa_card(path: str | Path, *, category: str | None = None) -> ScenarioCard:
     """Read one EMPA markdown case card; CardError names file, section (and line) on any problem."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CardError(f"{path}: cannot read card: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise CardError(f"{path}: card is not UTF-8 text ({exc.reason})") from None
+    text = read_text(path, "card", CardError)
     if category is not None and category not in CATEGORIES:
         raise ValueError(f"category={category!r} is not one of {', '.join(CATEGORIES)}")
-    card = _Card(path, _split_sections(path, text))
+    card = _Card(path, split_sections(path, text))
     indicators = card.indicators()
     p0 = initial_vector(indicators)
     stated = card.first("psychological_profile", "dominant_axis")
     if stated is not None:
-        dominant = _axis_of(stated.text()) or stated.text().strip().upper()
+        dominant = axis_of(stated.text()) or stated.text().strip().upper()
     else:
         dominant = AXES[min(range(3), key=lambda i: p0[i])]
     topic = card.value("psychological_profile", "topic")
@@ -414,7 +299,7 @@ def load_empa_card(path: str | Path, *, category: str | None = None) -> Scenario
     if not opening:
         raise card.error("scenario", "no opening line: add '- Opening line: ...' to <scenario> or a "
                          "'Topic' to <psychological_profile>", card.sections["scenario"].line)
-    situation = _prose(
+    situation = prose(
         card.value("scenario", "cause"), card.value("scenario", "background"), card.value("character_info", "activity")
     )
     if not situation:

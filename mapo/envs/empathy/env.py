@@ -38,8 +38,7 @@ from mapo.envs.dynamics import (
     levels_to_vector,
 )
 from mapo.envs.empathy.cards import ScenarioCard, card_scenarios
-from mapo.envs.empathy.registry import ROLE_NAMES, make_role
-from mapo.envs.empathy.roles import Direction, Judgement
+from mapo.envs.empathy.roles import ROLE_NAMES, Direction, Judgement, make_role
 from mapo.types import AXES, Scenario
 
 # The policy's system prompt unless the config gives one (rollout.system_prompt).

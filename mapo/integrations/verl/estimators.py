@@ -28,12 +28,12 @@ import numpy as np
 import torch
 from verl.trainer.ppo.core_algos import register_adv_est
 
-from mapo.advantages import compute_batch, returns
+from mapo.advantages import PARAM_NAMES, compute_batch, returns
 
 # verl name -> mapo.advantages estimator name
 ESTIMATOR_NAMES: dict[str, str] = {"mapo": "mapo", "mapo_turn": "turn", "mapo_batch": "batch"}
 CONFIG_KEY = "mapo"  # algorithm.mapo.{alpha, eps, scope}
-PARAM_KEYS = ("alpha", "eps", "scope")
+PARAM_KEYS = tuple(k for k in PARAM_NAMES if k != "gamma")  # gamma is verl's own algorithm.gamma
 
 
 class TurnLayoutError(ValueError):

@@ -1,0 +1,135 @@
+"""Running an ablation: one unit (train or resume, then evaluate), the untrained base, and the
+process pool that runs the units `jobs` at a time. A finished unit (final/ written and
+eval.json readable) is skipped on a rerun; a run killed mid-way continues from its latest
+checkpoint through the trainer's resume."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from mapo.ablate.plan import AblationPlan, EvalBudget, Unit, unit_overrides
+from mapo.ablate.report import write_outputs
+from mapo.ablate.state import check_plan, eval_dir, read_eval, run_dir, training_state
+
+
+def eval_spec(budget: EvalBudget, system_prompt: str | None = None) -> Any:
+    from mapo.evaluate.runner import EvalSpec
+
+    spec = EvalSpec(**dataclasses.asdict(budget))  # EvalBudget's fields are a subset of EvalSpec's
+    return dataclasses.replace(spec, system_prompt=system_prompt) if system_prompt is not None else spec
+
+
+def run_unit(out: Path, plan: AblationPlan, unit: Unit | None, threads: int | None,
+             extra: Sequence[str] = (), show_progress: bool = True) -> str:
+    """Train (or resume) and evaluate one unit; `unit=None` evaluates the untrained base.
+
+    Returns what was done: "skipped", or "trained+evaluated" / "resumed+evaluated" / "evaluated".
+    """
+    from mapo.evaluate.checkpoints import load_eval_policy
+    from mapo.evaluate.runner import run_eval
+    from mapo.runtime import configure_threads
+    from mapo.trainer import train
+
+    configure_threads(threads)
+    if unit is None:
+        target = eval_dir(out, "base")
+        if read_eval(target) is not None:
+            return "skipped"
+        from mapo.config import load_config
+
+        config = load_config(None, [*plan.train, *extra])
+        if config.policy.lora.enabled:  # the base is the model the adapters start from
+            config.policy.lora.enabled = False
+        policy = _base_policy(config)
+        run_eval(policy, eval_spec(plan.eval, config.rollout.system_prompt), target, "base")
+        return "evaluated"
+    path = run_dir(out, unit)
+    state = training_state(path, plan.steps)
+    target = eval_dir(out, unit.name)
+    if state == "done" and read_eval(target) is not None:
+        return "skipped"
+    did = "evaluated"
+    if state == "new":
+        from mapo.config import load_config
+
+        train(load_config(None, unit_overrides(plan, unit, threads, extra)), output=path, show_progress=show_progress)
+        did = "trained+evaluated"
+    elif state == "partial":
+        train(resume=path, overrides=[f"steps={plan.steps}"], show_progress=show_progress)
+        did = "resumed+evaluated"
+    from mapo.config import load_config
+
+    trained = load_config(path / "config.yaml")
+    policy, _ = load_eval_policy(str(path))
+    run_eval(policy, eval_spec(plan.eval, trained.rollout.system_prompt), target, unit.name)
+    return did
+
+
+def _base_policy(config: Any) -> Any:
+    from mapo.policy import load_policy
+
+    policy = load_policy(config.policy, seed=config.seed)
+    policy.model.eval()
+    return policy
+
+
+def _unit_job(out: str, plan: dict[str, Any], unit: tuple[str, int] | None, threads: int,
+              extra: list[str]) -> tuple[str, str]:
+    """Process-pool entry point (picklable arguments only); output goes to the unit's log file."""
+    import contextlib
+    import logging
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    chosen = Unit(*unit) if unit is not None else None
+    name = chosen.name if chosen else "base"
+    logs = Path(out) / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    with open(logs / f"{name}.log", "a", encoding="utf-8", buffering=1) as handle, \
+            contextlib.redirect_stderr(handle), contextlib.redirect_stdout(handle):
+        logging.basicConfig(stream=handle, level=logging.INFO, force=True)
+        did = run_unit(Path(out), AblationPlan.from_dict(plan), chosen, threads, extra, show_progress=False)
+    return name, did
+
+
+def run_ablation(
+    plan: AblationPlan,
+    out: str | Path,
+    jobs: int = 1,
+    extra: Sequence[str] = (),
+    on_done: Callable[[str, str], None] | None = None,
+) -> Path:
+    """Run every unit not finished yet (`jobs` processes at a time), then write the table and curves.
+
+    `extra` are overrides for every run and the base (e.g. policy.model=tiny in tests).
+    Each process gets max(1, cores // jobs) torch threads.
+    """
+    out = Path(out)
+    if jobs < 1:
+        raise ValueError(f"--jobs must be at least 1, got {jobs}")
+    check_plan(out, plan)
+    from mapo.config import load_config
+
+    load_config(None, [*plan.train, *extra])  # a bad setting fails before any process starts
+    todo: list[Unit | None] = [None, *plan.units()]
+    report = on_done or (lambda name, did: None)
+    if jobs == 1:
+        for unit in todo:
+            report(unit.name if unit else "base", run_unit(out, plan, unit, None, extra))
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        threads = max(1, (os.cpu_count() or 1) // jobs)
+        context = multiprocessing.get_context("spawn")  # fresh interpreters: no forked torch thread pools
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context, max_tasks_per_child=1) as pool:
+            futures = [
+                pool.submit(_unit_job, str(out), plan.to_dict(), (u.variant, u.seed) if u else None, threads, list(extra))
+                for u in todo
+            ]
+            for future in as_completed(futures):
+                report(*future.result())
+    return write_outputs(out, plan)

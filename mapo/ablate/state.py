@@ -1,0 +1,72 @@
+"""The ablation folder on disk: where each unit's run and evaluation live, how far they got,
+and the plan.json that makes a rerun resume the same plan.
+
+    <out>/plan.json                   the plan (variants, seeds, budget, eval settings)
+    <out>/runs/<variant>-s<seed>/     a training run (mapo.trainer), resumable
+    <out>/evals/<variant>-s<seed>/    mapo eval of that run's final policy on held-out scenarios
+    <out>/evals/base/                 the untrained base policy, same eval
+    <out>/logs/<unit>.log             a unit's output when run in a worker process
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from mapo.ablate.plan import AblationPlan, Unit
+
+
+def run_dir(out: Path, unit: Unit) -> Path:
+    return out / "runs" / unit.name
+
+
+def eval_dir(out: Path, name: str) -> Path:
+    return out / "evals" / name
+
+
+def training_state(path: Path, steps: int) -> str:
+    """"done" (final weights after `steps`), "partial" (a run folder to resume) or "new"."""
+    if not (path / "config.yaml").is_file():
+        return "new"
+    if (path / "final").is_dir():
+        from mapo.run_folder import RunFolder
+
+        logged = [m.get("step", 0) for m in RunFolder(path).read_metrics()]
+        if logged and max(logged) >= steps:
+            return "done"
+    return "partial"
+
+
+def read_eval(folder: Path) -> dict[str, Any] | None:
+    """The eval.json in `folder`, or None when missing or cut short."""
+    try:
+        return json.loads((folder / "eval.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def check_plan(out: Path, plan: AblationPlan) -> None:
+    """Write plan.json, or make sure the folder's existing plan is this one (a rerun resumes it)."""
+    path = out / "plan.json"
+    if path.is_file():
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        if saved != json.loads(json.dumps(plan.to_dict())):
+            raise ValueError(
+                f"{out} holds an ablation with a different plan ({path}); rerun with the same options "
+                "to resume it, or choose a new --output"
+            )
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(plan.to_dict(), indent=2) + "\n", encoding="utf-8")
+
+
+def read_plan(out: Path) -> AblationPlan:
+    """The plan of an existing ablation folder (`mapo ablate --resume`); a broken plan.json is named."""
+    path = out / "plan.json"
+    try:
+        return AblationPlan.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON ({err})") from None
+    except (KeyError, TypeError) as err:
+        raise ValueError(f"{path}: not an ablation plan ({type(err).__name__}: {err})") from None

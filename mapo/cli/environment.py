@@ -1,0 +1,81 @@
+"""`mapo env list | try | calibrate`: the empathy environment's cards, its simulated user, its judge's calibration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from mapo.cli.common import OutOpt, env_app, fail
+
+
+@env_app.command("list")
+def env_list() -> None:
+    """Table of the bundled scenario cards: id, title, category, dominant axis, ||P_0||, split."""
+    from rich.console import Console
+
+    from mapo.envs.empathy.cards import bundled_scenario_dir
+    from mapo.envs.empathy.console import scenario_table
+
+    Console().print(scenario_table())
+    typer.echo(f"Cards: {bundled_scenario_dir()}")
+
+
+@env_app.command("try")
+def env_try(
+    scenario: Annotated[str, typer.Argument(help="A bundled scenario id (see `mapo env list`) or a card .yaml file.")],
+    seed: Annotated[int, typer.Option(help="Seed of the simulated user.")] = 0,
+    max_turns: Annotated[int, typer.Option(help="Timeout in turns.")] = 45,
+    output: OutOpt = None,
+) -> None:
+    """Play the policy yourself against the offline simulated user; each turn shows the judge's
+    levels, v_t, the need vector, the distance, the IDR reward and the user's reply."""
+    import json
+
+    from rich.console import Console
+
+    from mapo.envs.empathy.console import find_scenario, interactive_session
+    from mapo.run_folder import new_run_dir
+
+    try:
+        chosen = find_scenario(scenario)
+        console = Console()
+        record = interactive_session(chosen, seed, console.input, console, max_turns=max_turns)
+    except ValueError as err:
+        raise fail(err) from None
+    out = Path(output) if output else new_run_dir("runs", "env-try")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "dialogue.json").write_text(json.dumps(record, indent=2, ensure_ascii=False), encoding="utf-8")
+    typer.echo(f"Dialogue: {out / 'dialogue.json'}")
+
+
+@env_app.command("calibrate")
+def env_calibrate(
+    split: Annotated[str, typer.Option(help="Exemplars to score: heldout, calibration, adversarial, blind or all.")] = "heldout",
+    exemplars: Annotated[Optional[Path], typer.Option(help="Folder of exemplar .yaml files (default: bundled).")] = None,
+    output: OutOpt = None,
+) -> None:
+    """Score the offline judge on the labelled exemplars: per-level agreement and ranking accuracy."""
+    import json
+
+    from rich.console import Console
+
+    from mapo.envs.empathy.calibrate import evaluate, load_exemplars
+    from mapo.envs.empathy.console import calibration_table, family_table
+    from mapo.envs.empathy.offline.judge import OfflineJudge
+    from mapo.run_folder import new_run_dir
+
+    try:
+        items = load_exemplars(split, exemplars)  # type: ignore[arg-type]
+        result = evaluate(OfflineJudge(), items)
+    except ValueError as err:
+        raise fail(err) from None
+    console = Console()
+    console.print(calibration_table(result, f"Offline judge on {split} exemplars ({result['items']} replies, {result['contexts']} contexts)"))
+    if result["families"]:
+        console.print(family_table(result))
+    out = Path(output) if output else new_run_dir("runs", "calibrate")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "calibration.json").write_text(json.dumps({"split": split, **result}, indent=2, ensure_ascii=False), encoding="utf-8")
+    typer.echo(f"Results: {out / 'calibration.json'}")

