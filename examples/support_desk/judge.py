@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass, field
 
 from mapo import degeneracy
-from mapo.envs.empathy.text import sentences, words
+from mapo.text import sentences, words
 
 from .cards import SupportCard
 from .cues import compile_cues, first_match
