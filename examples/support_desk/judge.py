@@ -140,7 +140,8 @@ _BLAME = _phrases(
 _DISMISSAL = _phrases(
     r"calm down", r"relax", r"nothing (?:we|i) can do", r"not (?:our|my) (?:problem|fault|responsibility|department)",
     r"(?:that's|that is) (?:just )?(?:how|the way) (?:it|things) (?:is|are|works?)", r"there(?:'s| is) nothing",
-    r"you(?:'ll| will) (?:just )?have to wait", r"out of (?:my|our) hands", r"i can(?:'t|not) help",
+    r"you(?:'ll| will) (?:just )?have to wait", r"out of (?:my|our) hands", r"i can(?:'t|not) (?:help|assist)",
+    r"(?:i'm|i am|we're|we are) (?:unable|not able) to (?:help|assist)", r"(?:that|this|it) can happen",
     r"no need to (?:get|be) (?:upset|angry|rude)", r"(?:these|such) things happen", r"it happens",
     r"(?:company|our) policy", r"(?:it's|it is) (?:only|just) (?:a|one)",
     # stepping out of the role: the customer wrote to a company, not to a chatbot disclaimer

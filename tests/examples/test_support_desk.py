@@ -185,6 +185,7 @@ def test_an_agent_may_name_its_own_team_without_being_called_a_role_swap():
     [
         ("As an AI, I don't have the ability to look at your bank account.", "dismissal"),
         ("I'm just an AI, so I can't see payments.", "dismissal"),
+        ("That can happen with any order, and I'm not able to assist with that.", "dismissal"),
         ("It looks like you forgot to cancel the old plan.", "blame"),
         ("I'm sorry you were charged twice, but you must have signed up twice.", "blame"),
     ],
