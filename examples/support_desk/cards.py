@@ -16,7 +16,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from mapo.types import Scenario
 from mapo.validation import describe_validation_error, read_yaml
@@ -100,7 +107,7 @@ class SupportCard(_Strict):
     _cues = field_validator("grievances")(_check_cues)
 
     @model_validator(mode="after")
-    def _steps_unique(self) -> "SupportCard":
+    def _steps_unique(self) -> SupportCard:
         ids = [s.id for s in self.steps]
         repeated = sorted({i for i in ids if ids.count(i) > 1})
         if repeated:

@@ -32,7 +32,6 @@ from .cards import MAX_FRUSTRATION, SupportCard, load_cards
 from .customer import Customer
 from .judge import Memory, Rules, SupportJudge
 
-
 AGENT_PROMPT = (
     "You are a customer support agent answering a customer who is writing in with a problem. "
     "Reply in two or three sentences: name what went wrong for them, ask for the one detail you need "

@@ -14,10 +14,10 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # `pytest` (not `python -m pytest`) does not put the repository root there
     sys.path.append(str(ROOT))
 
-from examples.support_desk.cards import CARD_DIR, CardError, SupportCard, load_cards  # noqa: E402
-from examples.support_desk.customer import HEATED, REACTIONS  # noqa: E402
-from examples.support_desk.env import SupportDeskEnvironment  # noqa: E402
-from examples.support_desk.judge import Rules  # noqa: E402
+from examples.support_desk.cards import CARD_DIR, CardError, SupportCard, load_cards
+from examples.support_desk.customer import HEATED, REACTIONS
+from examples.support_desk.env import SupportDeskEnvironment
+from examples.support_desk.judge import Rules
 
 SCENARIOS = {s.id: s for s in load_cards("all")}
 DOUBLE = SCENARIOS["double-charge-streaming"]
@@ -80,8 +80,10 @@ def test_every_card_is_solved_by_a_reply_built_from_its_own_cues(scenario_id):
     scenario = SCENARIOS[scenario_id]
     c = card(scenario)
     replies = [
-        f"I am sorry about the {phrase(c.grievances[0])}, that must be stressful for you. "
-        f"Could you tell me the {phrase(c.detail.ask[0])}?",
+        (
+            f"I am sorry about the {phrase(c.grievances[0])}, that must be stressful for you. "
+            f"Could you tell me the {phrase(c.detail.ask[0])}?"
+        ),
         *(f"Thank you, I will sort out the {phrase(step.cues[0])} for you now." for step in c.steps),
     ]
     env, messages, results = play(scenario, replies)
@@ -200,7 +202,7 @@ def test_a_step_needs_the_detail_first_and_counts_once():
     premature = "I have refunded the duplicate charge to your card."
     _, early = first_turn(premature)
     assert early.info["steps"] == [] and [e["kind"] for e in early.info["events"]] == ["premature"]
-    env, _, results = play(DOUBLE, [GOOD_FIRST, premature, "As promised, the duplicate charge has a refund on its way."])
+    _, _, results = play(DOUBLE, [GOOD_FIRST, premature, "As promised, the duplicate charge has a refund on its way."])
     assert results[1].info["steps"] == ["refund-duplicate"] and results[1].info["unsolved"] == 3
     assert results[2].info["steps"] == [] and results[2].info["frustration_change"] > 0  # nothing new: a stall
 
