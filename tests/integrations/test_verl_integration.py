@@ -566,11 +566,11 @@ def test_agent_loop_refuses_the_legacy_trainer(tiny_policy) -> None:
 @needs_verl
 def test_data_rows_name_the_agent_loop_and_scenario(tmp_path, tiny_policy) -> None:
     from mapo.envs.empathy.cards import bundled_scenarios
-    from mapo.rollout import DEFAULT_SYSTEM_PROMPT
+    from mapo.envs.empathy.env import LISTENER_PROMPT
 
     config = _example_config()
     rows = _dataset_rows(tmp_path, config, tiny_policy.tokenizer, count=3)
     ids = sorted(s.id for s in bundled_scenarios("train"))[:3]
     assert [r["extra_info"]["scenario_id"] for r in rows] == ids
     assert all(r["agent_name"] == "mapo_dialogue" and r["extra_info"]["scenarios"] == "train" for r in rows)
-    assert [list(r["raw_prompt"]) for r in rows] == [[{"role": "system", "content": DEFAULT_SYSTEM_PROMPT}]] * 3
+    assert [list(r["raw_prompt"]) for r in rows] == [[{"role": "system", "content": LISTENER_PROMPT}]] * 3

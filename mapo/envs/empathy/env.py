@@ -9,8 +9,8 @@ protocols of ``roles.py``, chosen per role:
     EmpathyEnvironment(judge=MyJudge(), max_turns=20, success_from_turn=8)
 
 A role is an instance, a kind name ("offline", "llm", anything registered with
-``registry.register_role``, or "package.module:Factory") or a mapping
-{"kind": name, **options}; see ``registry.py``. Dynamics constants come as a
+``roles.register_role`` or under an entry point, or "package.module:Factory") or a mapping
+{"kind": name, **options}; see ``roles.py``. Dynamics constants come as a
 ``DynamicsConfig``, a mapping (``dynamics=``), or as its fields directly
 (``max_turns=20``).
 

@@ -1,6 +1,6 @@
 """The offline judge: the six EMPA levels of a reply from measurable features.
 
-Deterministic rules over sentence embeddings (all-MiniLM-L6-v2, `embeddings.py`) and
+Deterministic rules over sentence embeddings (all-MiniLM-L6-v2, `mapo/envs/embeddings.py`) and
 phrase patterns (`judge_lexicon.py`), tuned on the calibration half of
 `mapo/data/judge_exemplars/` (see `mapo env calibrate`). Every non-zero level carries
 its evidence: the phrase or the feature that triggered it.
