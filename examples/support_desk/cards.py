@@ -20,13 +20,13 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
+from mapo.envs.base import scenarios_from_files
 from mapo.types import Scenario
-from mapo.validation import describe_validation_error, read_yaml
+from mapo.validation import read_yaml_model
 
 from .cues import parse_cue
 
@@ -132,14 +132,7 @@ class SupportCard(_Strict):
 
 def load_card(path: str | Path) -> SupportCard:
     """Read and validate one card; CardError names the file, the field and the reason."""
-    path = Path(path)
-    raw = read_yaml(path, "support-desk card", CardError)
-    if not isinstance(raw, dict):
-        raise CardError(f"{path}: a card must be a YAML mapping, got {type(raw).__name__}")
-    try:
-        return SupportCard.model_validate(raw)
-    except ValidationError as exc:
-        raise CardError(f"{path}: {describe_validation_error(exc)}") from None
+    return read_yaml_model(Path(path), SupportCard, "support-desk card", CardError)
 
 
 def load_cards(source: str | Path) -> list[Scenario]:
@@ -147,20 +140,4 @@ def load_cards(source: str | Path) -> list[Scenario]:
     cards (searched recursively) or one card file; sorted by id, ids unique."""
     if str(source) in SPLITS:
         source = CARD_DIR if source == "all" else CARD_DIR / str(source)
-    folder = Path(source)
-    if folder.is_file():
-        return [load_card(folder).to_scenario()]
-    if not folder.is_dir():
-        raise CardError(f"{folder}: no such support-desk card folder or file (or split: {', '.join(SPLITS)})")
-    files = sorted(p for p in folder.rglob("*") if p.suffix in (".yaml", ".yml"))
-    if not files:
-        raise CardError(f"{folder}: no support-desk cards (*.yaml) found")
-    seen: dict[str, Path] = {}
-    scenarios = []
-    for file in files:
-        scenario = load_card(file).to_scenario()
-        if scenario.id in seen:
-            raise CardError(f"{file}: field id: {scenario.id!r} is already used by {seen[scenario.id]}")
-        seen[scenario.id] = file
-        scenarios.append(scenario)
-    return sorted(scenarios, key=lambda s: s.id)
+    return scenarios_from_files(source, lambda file: load_card(file).to_scenario(), "support-desk card", CardError)

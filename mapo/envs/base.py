@@ -42,6 +42,7 @@ dict` (set the environment's own timeout to the evaluation's turn cap; default: 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from mapo.registry import Registry
@@ -116,6 +117,31 @@ def load_scenarios(name: str, source: str) -> list[Scenario]:
                 f"from {source!r}; expected mapo.types.Scenario"
             )
     return scenarios
+
+
+def scenarios_from_files(
+    source: str | Path, load_one: Callable[[Path], Scenario], what: str, error: type[Exception]
+) -> list[Scenario]:
+    """Scenarios from one file, or from every `*.yaml`/`*.yml` under a folder (recursively),
+    each read by `load_one`: sorted by id, ids unique, errors (`error`) naming the file. The
+    usual body of an environment's `load_scenarios` for one-card-per-file scenarios."""
+    folder = Path(source)
+    if folder.is_file():
+        return [load_one(folder)]
+    if not folder.is_dir():
+        raise error(f"{folder}: no such {what} folder or file")
+    files = sorted(p for p in folder.rglob("*") if p.suffix in (".yaml", ".yml"))
+    if not files:
+        raise error(f"{folder}: no {what} files (*.yaml) found")
+    first_file: dict[str, Path] = {}
+    scenarios = []
+    for file in files:
+        scenario = load_one(file)
+        if scenario.id in first_file:
+            raise error(f"{file}: field id: {scenario.id!r} is already used by {first_file[scenario.id]}")
+        first_file[scenario.id] = file
+        scenarios.append(scenario)
+    return sorted(scenarios, key=lambda s: s.id)
 
 
 def system_prompt_for(name: str, configured: str | None = None) -> str:
