@@ -72,6 +72,8 @@ class SupportDeskEnvironment:
 
     system_prompt = AGENT_PROMPT  # used when the config leaves rollout.system_prompt null
     load_scenarios = staticmethod(load_cards)
+    # what the transcripts keep of each turn's info, beside the state and the reply
+    transcript_keys = ("frustration", "unsolved", "steps", "asked_detail", "acknowledged", "events")
 
     @staticmethod
     def with_turn_cap(options: dict[str, Any], max_turns: int) -> dict[str, Any]:

@@ -33,6 +33,9 @@ from .cards import SupportCard
 from .cues import compile_cues, first_match
 
 
+_DETECTED = ("loop", "fragment", "role_swap", "keyword_stuffing", "word_salad")
+
+
 @dataclass(frozen=True)
 class Rules:
     """How much each behaviour moves the customer's frustration (0-10 scale).
@@ -191,8 +194,9 @@ class SupportJudge:
         if self.card is None:
             raise RuntimeError("support-desk judge: call reset(card) before score()")
         rules = self.rules
-        findings = degeneracy.find(_AGENT_TALK.sub("the ", reply), memory.customer_messages, context_texts=self.background)
-        findings = [f for f in findings if f.family != "invented"]  # departments and products are not invented people
+        findings = degeneracy.find(  # departments and products are not invented people: no "invented"
+            _AGENT_TALK.sub("the ", reply), memory.customer_messages, context_texts=self.background, families=_DETECTED
+        )
         if findings:
             return Verdict(rules.degenerate, events=tuple(Event("degenerate", f"{f.family}: {f.evidence}") for f in findings))
 

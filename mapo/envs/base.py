@@ -32,7 +32,8 @@ factory is a class or function called with the config's `env.options` as keyword
 It says how its scenarios load with a `load_scenarios(source: str) -> list[Scenario]`
 attribute (a staticmethod on a class): `source` is the config's `env.scenarios` or
 `mapo eval --scenarios`. Its `system_prompt` attribute (optional) is the policy's system
-prompt when the config does not set `rollout.system_prompt`. Two optional attributes
+prompt when the config does not set `rollout.system_prompt`; its `transcript_keys` (optional)
+name the turn-info keys that training and evaluation transcripts keep. Two optional attributes
 adapt `mapo eval`:
 `evaluation_options(training_options) -> dict` (what a training run's options become
 for evaluation; default: drop `max_turns`) and `with_turn_cap(options, max_turns) ->
@@ -149,6 +150,11 @@ def system_prompt_for(name: str, configured: str | None = None) -> str:
     if configured is not None:
         return configured
     return str(getattr(ENVIRONMENTS.resolve(name), "system_prompt", ""))
+
+
+def transcript_keys_for(name: str) -> tuple[str, ...]:
+    """The turn-info keys environment `name` wants in the transcripts (its `transcript_keys`; by default none)."""
+    return tuple(getattr(ENVIRONMENTS.resolve(name), "transcript_keys", ()))
 
 
 def evaluation_options(name: str, training_options: Mapping[str, Any]) -> dict[str, Any]:

@@ -393,6 +393,8 @@ def test_mapo_train_and_eval_run_the_example_from_its_folder(tmp_path, monkeypat
     train_ids = {s.id for s in load_cards("train")}
     assert {t["scenario_id"] for t in transcripts} <= train_ids and len(transcripts) == 2 * 2 * 2
     assert all(len(turn["state"]) == 2 for t in transcripts for turn in t["turns"])
+    # the environment's transcript_keys reach the training transcripts (and evaluation's, below)
+    assert all({"frustration", "unsolved", "events"} <= set(turn) for t in transcripts for turn in t["turns"])
 
     out = tmp_path / "eval"
     result = CliRunner().invoke(app, ["eval", "--model", str(run), "--max-turns", "3", "--max-new-tokens", "8",
@@ -406,3 +408,4 @@ def test_mapo_train_and_eval_run_the_example_from_its_folder(tmp_path, monkeypat
     assert set(data["summary"]["hacking"]) >= {"hack_distinct2", "hack_fragment"}
     evaluated = [json.loads(line) for line in (out / "transcripts.jsonl").read_text().splitlines()]
     assert all(t["system_prompt"] == SupportDeskEnvironment.system_prompt for t in evaluated)
+    assert all("frustration" in turn and "events" in turn for t in evaluated for turn in t["turns"])
