@@ -32,7 +32,6 @@ from mapo.text import sentences, words
 from .cards import SupportCard
 from .cues import compile_cues, first_match
 
-
 _DETECTED = ("loop", "fragment", "role_swap", "keyword_stuffing", "word_salad")
 
 

@@ -17,9 +17,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mapo.envs.base import environment_factory, evaluation_options, load_scenarios, transcript_keys_for, with_turn_cap
+from mapo.envs.base import (
+    environment_factory,
+    evaluation_options,
+    load_scenarios,
+    transcript_keys_for,
+    with_turn_cap,
+)
 from mapo.evaluate.bench import write_jsonl
-from mapo.evaluate.empa import aggregate, dialogue_metrics, hacking_line, per_scenario, transcript_record
+from mapo.evaluate.empa import (
+    aggregate,
+    dialogue_metrics,
+    hacking_line,
+    per_scenario,
+    transcript_record,
+)
 from mapo.rollout import RolloutSpec
 
 
