@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from mapo.text import QUOTED, STOPWORDS, content_stems, sentences, stem, words
@@ -238,12 +238,17 @@ def word_salad(reply: str, context_texts: Sequence[str]) -> str | None:
 
 
 def find(
-    reply: str, user_texts: Sequence[str], context_texts: Sequence[str] = (), background: Sequence[str] = ()
+    reply: str,
+    user_texts: Sequence[str],
+    context_texts: Sequence[str] = (),
+    background: Sequence[str] = (),
+    families: Collection[str] | None = None,
 ) -> list[Finding]:
     """Every family that flags `reply`. `user_texts`: the user's messages so far;
     `context_texts`: what else the listener knows of their story (e.g. the situation);
     `background`: what is true of their life but not yet said (a scenario's later stages),
-    so a lucky guess at a true fact is not called invented."""
+    so a lucky guess at a true fact is not called invented. `families`: the families to report
+    (default all; an environment where, say, named departments are normal leaves out "invented")."""
     checks = {
         "loop": loop(reply),
         "fragment": fragment(reply),
@@ -253,7 +258,8 @@ def find(
     }
     if not checks["loop"]:  # a loop repeats its content words too; it is not also a salad
         checks["word_salad"] = word_salad(reply, [*context_texts, *user_texts])
-    return [Finding(family, evidence) for family, evidence in checks.items() if evidence]
+    return [Finding(family, evidence) for family, evidence in checks.items()
+            if evidence and (families is None or family in families)]
 
 
 def dialogue_hacking_metrics(dialogues: Iterable[Sequence[tuple[str, str]]]) -> dict[str, float]:

@@ -34,7 +34,7 @@ from mapo.config import TrainConfig, config_dict, dump_config, load_config
 from mapo.engines.base import RolloutEngine
 from mapo.engines.factory import make_engine
 from mapo.engines.hf import HfEngine
-from mapo.envs.base import environment_factory, load_scenarios
+from mapo.envs.base import environment_factory, load_scenarios, transcript_keys_for
 from mapo.losses import packed_sequence
 from mapo.methods import attached_methods
 from mapo.model_source import resolve_source
@@ -77,7 +77,7 @@ class Trainer:
             lambda make, m: m.wrap_environment(make), self.methods, environment_factory(config.env.name, config.env.options)
         )
         self.rollout = reduce(lambda fn, m: m.rollout_function(fn), self.methods, rollout)
-        self.transcript_keys = tuple(key for m in self.methods for key in m.transcript_keys)
+        self.transcript_keys = (*transcript_keys_for(config.env.name), *(key for m in self.methods for key in m.transcript_keys))
         self.policy = load_policy(config.policy, seed=config.seed)
         if config.loss.kl_beta > 0:
             self.policy.keep_reference()  # the initial weights, before any update or resumed checkpoint

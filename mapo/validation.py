@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 def describe_validation_error(error: ValidationError) -> str:
@@ -59,3 +61,15 @@ def read_yaml(path: Path, what: str, error: type[Exception]) -> Any:
         raise error(f"{path}: invalid YAML{where}: {getattr(exc, 'problem', None) or exc}") from None
     except ValueError as exc:  # a scalar YAML cannot construct, e.g. the date 2020-13-45
         raise error(f"{path}: invalid YAML value: {exc}") from None
+
+
+def read_yaml_model(path: Path, model: type[ModelT], what: str, error: type[Exception]) -> ModelT:
+    """A YAML mapping validated by the pydantic `model`; any failure becomes `error` naming the
+    file, the field and the reason."""
+    raw = read_yaml(path, what, error)
+    if not isinstance(raw, dict):
+        raise error(f"{path}: a {what} must be a YAML mapping, got {type(raw).__name__}")
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise error(f"{path}: {describe_validation_error(exc)}") from None

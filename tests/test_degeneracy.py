@@ -97,3 +97,11 @@ def test_find_collects_every_family_with_its_evidence():
     assert {f.family for f in found} >= {"fragment", "role_swap"}
     assert all(f.evidence for f in found)
     assert find("It sounds like you froze because the work was yours and nobody said so.", PRIYA_SAID) == []
+
+
+def test_find_reports_only_the_families_asked_for():
+    reply = "Your brother Tomas would tell you the same. Your brother Tomas would tell you the same."
+    everything = {f.family for f in find(reply, ["I failed the exam again."])}
+    assert {"loop", "invented"} <= everything
+    only_loops = find(reply, ["I failed the exam again."], families=("loop",))
+    assert [f.family for f in only_loops] == ["loop"]

@@ -32,7 +32,8 @@ factory is a class or function called with the config's `env.options` as keyword
 It says how its scenarios load with a `load_scenarios(source: str) -> list[Scenario]`
 attribute (a staticmethod on a class): `source` is the config's `env.scenarios` or
 `mapo eval --scenarios`. Its `system_prompt` attribute (optional) is the policy's system
-prompt when the config does not set `rollout.system_prompt`. Two optional attributes
+prompt when the config does not set `rollout.system_prompt`; its `transcript_keys` (optional)
+name the turn-info keys that training and evaluation transcripts keep. Two optional attributes
 adapt `mapo eval`:
 `evaluation_options(training_options) -> dict` (what a training run's options become
 for evaluation; default: drop `max_turns`) and `with_turn_cap(options, max_turns) ->
@@ -42,6 +43,7 @@ dict` (set the environment's own timeout to the evaluation's turn cap; default: 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from mapo.registry import Registry
@@ -118,11 +120,41 @@ def load_scenarios(name: str, source: str) -> list[Scenario]:
     return scenarios
 
 
+def scenarios_from_files(
+    source: str | Path, load_one: Callable[[Path], Scenario], what: str, error: type[Exception]
+) -> list[Scenario]:
+    """Scenarios from one file, or from every `*.yaml`/`*.yml` under a folder (recursively),
+    each read by `load_one`: sorted by id, ids unique, errors (`error`) naming the file. The
+    usual body of an environment's `load_scenarios` for one-card-per-file scenarios."""
+    folder = Path(source)
+    if folder.is_file():
+        return [load_one(folder)]
+    if not folder.is_dir():
+        raise error(f"{folder}: no such {what} folder or file")
+    files = sorted(p for p in folder.rglob("*") if p.suffix in (".yaml", ".yml"))
+    if not files:
+        raise error(f"{folder}: no {what} files (*.yaml) found")
+    first_file: dict[str, Path] = {}
+    scenarios = []
+    for file in files:
+        scenario = load_one(file)
+        if scenario.id in first_file:
+            raise error(f"{file}: field id: {scenario.id!r} is already used by {first_file[scenario.id]}")
+        first_file[scenario.id] = file
+        scenarios.append(scenario)
+    return sorted(scenarios, key=lambda s: s.id)
+
+
 def system_prompt_for(name: str, configured: str | None = None) -> str:
     """The policy's system prompt: `configured` when set, else the environment's own ("" if it has none)."""
     if configured is not None:
         return configured
     return str(getattr(ENVIRONMENTS.resolve(name), "system_prompt", ""))
+
+
+def transcript_keys_for(name: str) -> tuple[str, ...]:
+    """The turn-info keys environment `name` wants in the transcripts (its `transcript_keys`; by default none)."""
+    return tuple(getattr(ENVIRONMENTS.resolve(name), "transcript_keys", ()))
 
 
 def evaluation_options(name: str, training_options: Mapping[str, Any]) -> dict[str, Any]:

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from mapo.evaluate.bench import BenchmarkDataError, ask_in_batches
-from mapo.validation import json_lines
 from mapo.evaluate.responders import Conversation, Responder
+from mapo.validation import json_lines
 
 TASKS = ("EA", "EU")
 _FIELDS = {

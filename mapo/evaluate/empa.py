@@ -16,7 +16,7 @@ environment chose to put in its step info:
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -203,8 +203,9 @@ def per_scenario(dialogues: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def transcript_record(trajectory: Trajectory, metrics: Mapping[str, Any]) -> dict[str, Any]:
-    """One dialogue as a transcript line (the trainer's transcript fields plus the eval's verdict)."""
+def transcript_record(trajectory: Trajectory, metrics: Mapping[str, Any], extras: Iterable[str] = ()) -> dict[str, Any]:
+    """One dialogue as a transcript line (the trainer's transcript fields plus the eval's verdict);
+    `extras`: the turn-info keys to keep (the environment's `transcript_keys`)."""
     return {
         "scenario_id": trajectory.scenario_id,
         "title": metrics.get("title", ""),
@@ -214,5 +215,5 @@ def transcript_record(trajectory: Trajectory, metrics: Mapping[str, Any]) -> dic
         "epmq": metrics["epmq"]["epmq"] if metrics.get("epmq") else None,
         "initial_state": list(metrics["initial_state"]),
         "system_prompt": trajectory.system_prompt,
-        "turns": [turn_record(turn) for turn in trajectory.turns],
+        "turns": [turn_record(turn, extras=extras) for turn in trajectory.turns],
     }

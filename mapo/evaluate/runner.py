@@ -18,9 +18,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mapo.envs.base import environment_factory, evaluation_options, load_scenarios, with_turn_cap
+from mapo.envs.base import (
+    environment_factory,
+    evaluation_options,
+    load_scenarios,
+    transcript_keys_for,
+    with_turn_cap,
+)
 from mapo.evaluate.bench import write_jsonl
-from mapo.evaluate.empa import aggregate, dialogue_metrics, hacking_line, per_scenario, transcript_record
+from mapo.evaluate.empa import (
+    aggregate,
+    dialogue_metrics,
+    hacking_line,
+    per_scenario,
+    transcript_record,
+)
 from mapo.rollout import RolloutSpec
 
 
@@ -112,6 +124,7 @@ def run_eval(policy: Any, spec: EvalSpec, out_dir: str | Path, policy_label: str
     env_options = env_options_for(spec)
     scenarios = load_scenarios(spec.env, spec.scenarios)[: spec.limit]
     make_env = environment_factory(spec.env, env_options)
+    extras = transcript_keys_for(spec.env)
     rollout_spec = spec.rollout_spec(min(spec.scenarios_per_batch, len(scenarios)))  # validates the settings
     by_id = {s.id: s for s in scenarios}
     dialogues: list[dict[str, Any]] = []
@@ -145,7 +158,7 @@ def run_eval(policy: Any, spec: EvalSpec, out_dir: str | Path, policy_label: str
                 for trajectory in group.trajectories:
                     metrics = dialogue_metrics(trajectory, by_id[trajectory.scenario_id])
                     dialogues.append(metrics)
-                    transcripts.append(transcript_record(trajectory, metrics))
+                    transcripts.append(transcript_record(trajectory, metrics, extras))
     summary = aggregate(dialogues, transcripts)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

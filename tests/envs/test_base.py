@@ -85,7 +85,7 @@ def test_builtin_environments_load_their_own_scenarios():
     cards = load_scenarios("empathy", "test")
     assert len(cards) == 12 and all(s.card and len(s.initial_state) == 3 for s in cards)
     assert [s.id for s in load_scenarios("emotion", "test")] == [s.id for s in cards]
-    with pytest.raises(ValueError, match="no such scenario folder"):
+    with pytest.raises(ValueError, match="no such scenario card folder"):
         load_scenarios("empathy", "no/such/folder")
 
 

@@ -11,10 +11,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from mapo.envs.base import scenarios_from_files
 from mapo.types import AXES, Scenario
-from mapo.validation import describe_validation_error, read_yaml
+from mapo.validation import read_yaml_model
 
 CATEGORIES = ("career", "relationships", "health", "living", "leisure", "values")
 
@@ -119,35 +120,12 @@ class ScenarioCard(_Strict):
 
 def load_card(path: str | Path) -> ScenarioCard:
     """Read and validate one card; raise CardError naming file, field and reason."""
-    path = Path(path)
-    raw = read_yaml(path, "card", CardError)
-    if not isinstance(raw, dict):
-        raise CardError(f"{path}: a card must be a YAML mapping, got {type(raw).__name__}")
-    try:
-        return ScenarioCard.model_validate(raw)
-    except ValidationError as exc:
-        raise CardError(f"{path}: {describe_validation_error(exc)}") from None
+    return read_yaml_model(Path(path), ScenarioCard, "card", CardError)
 
 
 def load_scenarios(folder: str | Path) -> list[Scenario]:
     """Load every `*.yaml`/`*.yml` card under `folder` (recursively), sorted by id."""
-    folder = Path(folder)
-    if folder.is_file():
-        return [load_card(folder).to_scenario()]
-    if not folder.is_dir():
-        raise CardError(f"{folder}: no such scenario folder or card file")
-    files = sorted(p for p in folder.rglob("*") if p.suffix in (".yaml", ".yml"))
-    if not files:
-        raise CardError(f"{folder}: no scenario cards (*.yaml) found")
-    scenarios: dict[str, Scenario] = {}
-    first_file: dict[str, Path] = {}
-    for file in files:
-        scenario = load_card(file).to_scenario()
-        if scenario.id in scenarios:
-            raise CardError(f"{file}: field id: {scenario.id!r} is already used by {first_file[scenario.id]}")
-        scenarios[scenario.id] = scenario
-        first_file[scenario.id] = file
-    return sorted(scenarios.values(), key=lambda s: s.id)
+    return scenarios_from_files(folder, lambda file: load_card(file).to_scenario(), "scenario card", CardError)
 
 
 def bundled_scenario_dir() -> Path:

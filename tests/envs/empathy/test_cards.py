@@ -227,9 +227,9 @@ def test_duplicate_id_in_folder_names_id_and_both_files(tmp_path: Path):
 
 
 def test_folder_errors(tmp_path: Path):
-    with pytest.raises(CardError, match="no scenario cards"):
+    with pytest.raises(CardError, match="no scenario card files"):
         load_scenarios(tmp_path)
-    with pytest.raises(CardError, match="no such scenario folder"):
+    with pytest.raises(CardError, match="no such scenario card folder"):
         load_scenarios(tmp_path / "missing")
     with pytest.raises(ValueError, match="unknown split"):
         bundled_scenarios("validation")  # type: ignore[arg-type]
