@@ -148,6 +148,7 @@ class Trainer:
             spec=llamacpp,
             source_gguf=path if kind == "gguf" else None,
             log_dir=log_dir,
+            workdir=log_dir / "engine",  # in the run folder: a killed run leaves nothing elsewhere
         )
 
     # ---- one step

@@ -283,7 +283,7 @@ def test_training_on_the_llamacpp_engine_syncs_and_corrects(tmp_path):
         assert m["tis_tokens"] > 0 and m["tis_truncated_fraction"] == 0
         assert m["tis_weight_mean"] == pytest.approx(1.0, abs=1e-3) and m["tis_kl_behaviour_old"] < 1e-4
         assert m["ratio_mean"] == pytest.approx(1.0)  # pi_old is the model's own log-prob in a one-step update
-    assert (run / "llamacpp.log").is_file()
+    assert (run / "llamacpp.log").is_file() and not (run / "engine").exists()  # weights removed, log kept
 
 
 def test_greedy_answers_match_the_torch_model(tiny_lora, engine):

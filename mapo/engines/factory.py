@@ -51,12 +51,20 @@ def make_engine(
     spec: LlamaCppSpec | None = None,
     source_gguf: Path | None = None,
     log_dir: Path | None = None,
+    workdir: Path | None = None,
 ) -> RolloutEngine:
-    """Start the engine `resolve_engine(name, policy)` picks; its weights are unsynced (version -1)."""
+    """Start the engine `resolve_engine(name, policy)` picks; its weights are unsynced (version -1).
+
+    `workdir` holds the exported weights while the engine runs (default: a temporary folder);
+    it is removed when the engine closes.
+    """
     chosen = resolve_engine(name, policy)
     if chosen == "hf":
         return HfEngine(policy)
     problem = missing_requirement()
     if problem:
         raise EngineError(f"rollout.engine=llamacpp: {problem}")
-    return LlamaCppEngine(policy, slots, context_per_slot, spec, source_gguf=source_gguf, log_dir=log_dir)
+    return LlamaCppEngine(
+        policy, slots, context_per_slot, spec, source_gguf=source_gguf, workdir=workdir, log_dir=log_dir,
+        remove_workdir=True,
+    )

@@ -108,11 +108,13 @@ class LlamaCppEngine:
         source_gguf: Path | None = None,
         workdir: Path | None = None,
         log_dir: Path | None = None,
+        remove_workdir: bool = False,
     ) -> None:
         """`source_gguf`: the GGUF file the policy's base weights came from, if any (used as
         the base with `base_type: source`). `slots` sequences of up to `context_per_slot`
         ids each decode together. The worker's log goes to `log_dir` (default: `workdir`),
-        which outlives the engine; a `workdir` the engine makes itself is deleted on close.
+        which outlives the engine; the `workdir` (exported weights) is deleted on close when the
+        engine made it (None) or `remove_workdir` says so.
         """
         problem = missing_requirement()
         if problem:
@@ -123,7 +125,7 @@ class LlamaCppEngine:
         if self.spec.base_type == SOURCE and source_gguf is None:
             raise EngineError("rollout.llamacpp.base_type=source needs a policy loaded from a GGUF file")
         self.slots, self.context_per_slot = slots, context_per_slot
-        self._own_workdir = workdir is None  # a temporary folder is deleted again by close()
+        self._own_workdir = workdir is None or remove_workdir  # deleted again by close()
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="mapo-llamacpp-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.log_path = Path(log_dir or self.workdir) / "llamacpp.log"
