@@ -158,7 +158,7 @@ def test_export_refuses_other_architectures():
 
 
 def test_worker_draw_follows_the_tempered_softmax():
-    from mapo.engines.llamacpp_worker import draw
+    from mapo.engines.sampling import draw
 
     rng = np.random.default_rng(0)
     vocab, temperature = 300, 0.7  # not a whole number of sampler blocks
@@ -172,7 +172,7 @@ def test_worker_draw_follows_the_tempered_softmax():
 
 
 def test_worker_draw_top_p_keeps_the_nucleus_and_reports_full_logprobs():
-    from mapo.engines.llamacpp_worker import draw
+    from mapo.engines.sampling import draw
 
     rng = np.random.default_rng(1)
     logits = np.log(np.array([0.5, 0.3, 0.15, 0.05], dtype=np.float32))

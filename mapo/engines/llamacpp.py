@@ -37,7 +37,7 @@ import torch
 import mapo
 from mapo.engines.base import EngineError, StaleWeightsError, SyncStats, require_version
 from mapo.engines.gguf_export import check_architecture, source_tensor_types, write_lora_adapter, write_model
-from mapo.engines.llamacpp_worker import HEADER, write_frame
+from mapo.engines.wire import HEADER, write_frame
 from mapo.policy import KVCache, Policy, Sample
 
 log = logging.getLogger("mapo.engines.llamacpp")

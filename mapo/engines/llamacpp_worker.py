@@ -29,8 +29,6 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import pickle
-import struct
 import sys
 import time
 from pathlib import Path
@@ -38,40 +36,14 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from mapo.engines.sampling import draw
+from mapo.engines.wire import StaleVersion, WorkerError, read_frame, write_frame
 from mapo.text import count_sentences
 
-HEADER = struct.Struct("<Q")
-BLOCK = 256  # ids per block of the two-level sampler
 # a copied slot moves its whole KV buffer (one memcpy, about the cost of prefilling a few ids):
 # worth it from this many shared ids on
 MIN_SHARED = 8
 CRASH_ENV = "MAPO_TEST_ENGINE_CRASH"
-
-
-def read_frame(stream: BinaryIO) -> Any | None:
-    """One pickled message, or None at end of stream."""
-    header = stream.read(HEADER.size)
-    if len(header) < HEADER.size:
-        return None
-    (size,) = HEADER.unpack(header)
-    payload = stream.read(size)
-    if len(payload) < size:
-        return None
-    return pickle.loads(payload)
-
-
-def write_frame(stream: BinaryIO, message: Any) -> None:
-    payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(HEADER.pack(len(payload)) + payload)
-    stream.flush()
-
-
-class WorkerError(RuntimeError):
-    """A request the worker refuses (the message goes back to the parent)."""
-
-
-class StaleVersion(WorkerError):
-    """A sample request expects weights of another version than the worker holds."""
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -80,60 +52,6 @@ def common_prefix(a: list[int], b: list[int]) -> int:
         return 0
     differ = np.asarray(a[:n]) != np.asarray(b[:n])
     return int(np.argmax(differ)) if differ.any() else n
-
-
-def draw(logits: np.ndarray, temperature: float, top_p: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """One token per row of `logits` [m, vocab] and its log-prob under softmax(logits / temperature)
-    (temperature 0: the argmax, with its log-prob under softmax(logits)).
-
-    Inverse-CDF sampling in two levels (blocks of BLOCK ids, then ids within the chosen
-    block), so no cumulative sum runs over the whole vocabulary: float32 throughout
-    except the sums, about 4x faster than a plain cumsum per row.
-    """
-    m, vocab = logits.shape
-    if temperature == 0:  # greedy: the most likely id, with its log-prob under softmax(logits)
-        tokens = logits.argmax(axis=1)
-        z = logits.astype(np.float64)
-        top64 = z.max(axis=1)
-        log_total = top64 + np.log(np.exp(z - top64[:, None]).sum(axis=1))
-        return tokens, z[np.arange(m), tokens] - log_total
-    top = logits.max(axis=1, keepdims=True)
-    weights = np.subtract(logits, top, dtype=np.float32)
-    weights *= np.float32(1.0 / temperature)
-    np.exp(weights, out=weights)  # unnormalised probabilities, the largest exactly 1
-    if top_p < 1.0:
-        weights = _nucleus(weights, top_p)
-    pad = -vocab % BLOCK
-    padded = np.pad(weights, ((0, 0), (0, pad))) if pad else weights
-    blocks = padded.reshape(m, -1, BLOCK).sum(axis=2, dtype=np.float64)
-    ends = np.cumsum(blocks, axis=1)
-    target = rng.random(m) * ends[:, -1]
-    chosen = np.minimum((ends < target[:, None]).sum(axis=1), ends.shape[1] - 1)
-    tokens = np.empty(m, dtype=np.int64)
-    for row in range(m):
-        k = chosen[row]
-        before = ends[row, k - 1] if k else 0.0
-        inside = np.cumsum(padded[row, k * BLOCK : (k + 1) * BLOCK], dtype=np.float64)
-        j = int(np.searchsorted(inside, target[row] - before, side="right"))
-        tokens[row] = min(k * BLOCK + min(j, BLOCK - 1), vocab - 1)
-    # log-probs of the tempered softmax over the whole vocabulary (top-p only narrows the draw)
-    scaled = (logits[np.arange(m), tokens] - top[:, 0]).astype(np.float64) / temperature
-    if top_p < 1.0:
-        full = np.exp((logits - top).astype(np.float64) / temperature).sum(axis=1)
-    else:
-        full = ends[:, -1]
-    return tokens, scaled - np.log(full)
-
-
-def _nucleus(weights: np.ndarray, top_p: float) -> np.ndarray:
-    """Zero every id outside the smallest set whose probability reaches top_p (the set's last id kept)."""
-    order = np.argsort(-weights, axis=1)
-    ranked = np.take_along_axis(weights, order, axis=1).astype(np.float64)
-    mass = np.cumsum(ranked, axis=1) / ranked.sum(axis=1, keepdims=True)
-    ranked[mass - ranked / ranked.sum(axis=1, keepdims=True) >= top_p] = 0.0
-    kept = np.zeros_like(weights)
-    np.put_along_axis(kept, order, ranked.astype(np.float32), axis=1)
-    return kept
 
 
 class Decoder:
