@@ -237,6 +237,10 @@ def word_salad(reply: str, context_texts: Sequence[str]) -> str | None:
     return None
 
 
+# the families `find` detects (off-topic needs the judge's embeddings, so it lives there)
+DETECTED_FAMILIES = ("loop", "fragment", "role_swap", "invented", "keyword_stuffing", "word_salad")
+
+
 def find(
     reply: str,
     user_texts: Sequence[str],
@@ -249,6 +253,9 @@ def find(
     `background`: what is true of their life but not yet said (a scenario's later stages),
     so a lucky guess at a true fact is not called invented. `families`: the families to report
     (default all; an environment where, say, named departments are normal leaves out "invented")."""
+    unknown = set(families or ()) - set(DETECTED_FAMILIES)
+    if unknown:
+        raise ValueError(f"degeneracy.find: unknown families {sorted(unknown)}; known: {', '.join(DETECTED_FAMILIES)}")
     checks = {
         "loop": loop(reply),
         "fragment": fragment(reply),

@@ -105,3 +105,5 @@ def test_find_reports_only_the_families_asked_for():
     assert {"loop", "invented"} <= everything
     only_loops = find(reply, ["I failed the exam again."], families=("loop",))
     assert [f.family for f in only_loops] == ["loop"]
+    with pytest.raises(ValueError, match="unknown families"):
+        find(reply, ["I failed the exam again."], families=("loops",))
