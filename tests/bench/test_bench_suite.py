@@ -101,3 +101,18 @@ def test_summary_marks_targets_skips_and_failures():
 def test_every_benchmark_has_quick_sizes_and_a_free_port_is_usable():
     assert set(QUICK_SIZES) == set(BENCHMARKS)
     assert 0 < free_port() < 65536
+
+
+def test_our_grpo_step_samples_through_the_configured_engine_and_trains() -> None:
+    """`mapo bench grpo`'s side of ours on the tiny model: the engine named in the config samples,
+    every completion is counted and timed (the TRL side runs only where TRL is installed)."""
+    from mapo.bench.grpo import bench_grpo
+    from mapo.config import load_config
+    from mapo.envs.empathy.cards import card_scenarios
+
+    config = load_config(None, ["policy.model=tiny", "rollout.engine=hf", "policy.lora.enabled=false"])
+    result = bench_grpo(config, card_scenarios("train"), prompts=2, group=2, max_new_tokens=4, timed=1)
+    assert result["settings"]["engine"] == "hf"
+    ours = result["modes"]["mapo"]
+    assert ours["completions"] == 4 and 0 < ours["completion_tokens"] <= 16
+    assert ours["seconds"] > 0 and 0.0 <= ours["reward_mean"] <= 1.0
