@@ -137,7 +137,7 @@ def levels_from_features(f: Features, deepest_axis: str) -> tuple[dict[str, int]
     grounded = f.grounding >= GROUNDED and not templated
     repeated = f.repetition >= REPETITION
     rambling = f.n_words > RAMBLING_WORDS
-    harmful = bool(h["invalidating"] or h["trivialising"] or h["moralising"] or h["minimising"])
+    harmful = bool(h["invalidating"] or h["trivialising"] or h["moralising"] or h["minimising"] or h["reassurance"])
     degenerate = f.degenerate
     earns = f.n_words >= MIN_WORDS and not (
         repeated or rambling or harmful or templated or h["platitude"] or degenerate
@@ -178,7 +178,7 @@ def levels_from_features(f: Features, deepest_axis: str) -> tuple[dict[str, int]
     elif repeated:
         put("A_neg", -1, f"repeats an earlier reply (cosine {f.repetition:.2f}): {f.repeated[:80]}")
     elif harmful:  # dismissing the problem or lecturing also leaves the feelings unmet
-        put("A_neg", -1, (h["trivialising"] or h["minimising"] or h["moralising"])[0])
+        put("A_neg", -1, (h["trivialising"] or h["minimising"] or h["moralising"] or h["reassurance"])[0])
     elif templated:
         put("A_neg", -1, h["template"][0])
     elif deepest_axis == "A" and lv["A_prog"] == 0 and f.directives and 2 * len(f.directives) >= len(f.sentences):
