@@ -151,7 +151,9 @@ def levels_from_features(f: Features, deepest_axis: str) -> tuple[dict[str, int]
             put("C_prog", 1, "names " + ", ".join(f.shared[:4]) if f.shared else f.cue_sentence["C"])
         deep = [w for w in f.unstated_feelings if w in DEEP_FEELINGS]
         resonance = f.hedged_unstated or deep or (h["resonance"] or _close(f, "A2") if f.unstated_feelings else [])
-        if resonance and f.cue["A"] >= CUE_A2:
+        # A deep feeling they have not named, in a reply that carries their story closely, is
+        # resonance even where the card's own validation cues are worded differently.
+        if resonance and (f.cue["A"] >= CUE_A2 or (deep and f.grounding >= DEEP_GROUNDED)):
             put("A_prog", 2, resonance[0])
         elif f.feelings or h["validate"] or _close(f, "A1"):
             put("A_prog", 1, (f.feelings or h["validate"] or _close(f, "A1"))[0])

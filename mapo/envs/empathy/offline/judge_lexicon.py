@@ -75,7 +75,9 @@ REASSURANCE = _patterns(
     r"before you know it",
     r"(?:don'?t|do not|try not to|never) let (?:[\w'-]+ ){1,4}?(?:get to you|get you down|bother you|upset you|ruin|spoil)",
     r"(?<!when )(?<!if )(?<!whether )you'?ll (?:likely |probably |soon |definitely |totally |all )?(?:be (?:back|laughing|fine|okay|ok|great|amazing)|land on your feet|get there|bounce back|thank yourself)",
-    r"(?:it|this|that)(?:'ll| will) (?:pass|blow over)",
+    r"(?:it|this|that)(?:'ll| will) (?:probably |soon |eventually |all )?(?:pass|blow over|feel (?:natural|normal|easier))",
+    r"(?:they|he|she)(?:'ll| will) (?:soon |eventually )?come (?:a)?round",
+    r"you'?ll feel (?:better|fine)",
     r"(?:everything|it|things)(?:'ll| will) (?:all )?(?:work out|fall into place|be (?:fine|okay|ok|alright))",
     r"(?:you'?re|you are) doing (?:great|amazing|so well|brilliantly)",
     r"you(?:'ve)? (?:totally )?got this",
@@ -134,6 +136,7 @@ MINIMISING = _patterns(
     r"no need to (?:take|worry|panic|stress|dwell|overthink|fret|get (?:upset|worked up)|read|lose sleep|think about)",
     r"try not to (?:worry|think|dwell|overthink|stress|panic|fret|take|read|get)",
     r"read (?:too|so) much into",
+    r"overthink\w*",
     r"(?:wouldn'?t|don'?t) waste (?:your |any )?(?:energy|time|breath)",
     # guessing others' minds to shrink it: "she is only tired", "nobody is thinking about it"
     r"(?:he|she|they|it) (?:is|are|was) (?:probably |maybe )?(?:just|only) (?:busy|tired|stressed|teasing|joking|a phase)",
@@ -145,13 +148,14 @@ MINIMISING = _patterns(
     r"(?:could|might|may) (?:actually |even |really )?be (?:exciting|a good thing|good for you|a blessing|fun|freeing|an adventure)",
     r"(?:a bit of |an )?adventure for",
     r"blessing in disguise",
+    r"(?:is|are) (?:actually |really )?a gift",
     r"silver lining",
 )
 # Invalidating the feelings themselves.
 INVALIDATING = _patterns(
     r"overreact\w*",
     r"get over it",
-    r"(?<!n't )(?<!not )stop (?:feeling sorry|moping|worrying|complaining|overthinking|being|crying|catastrophi[sz]ing)",
+    r"(?<!n't )(?<!not )(?<!you )stop (?:feeling sorry|moping|worrying|stressing|complaining|overthinking|being|crying|catastrophi[sz]ing)",
     r"toughen up",
     r"(?:don'?t|do not) be (?:so |too )?(?:sad|upset|sensitive|dramatic|emotional|negative)\b",
     r"(?:you'?re|you are|you get|you'?re being|being) (?:so |too |a bit |a little )?(?:sensitive|dramatic|emotional)",
@@ -188,6 +192,8 @@ PRESSURE = _patterns(
     r"be careful not to",
     r"think (?:very |really |long and )?(?:carefully|twice|hard)\b(?! about what you)",
     r"prove yourself",
+    r"(?:it'?s|it is) (?:high )?time (?:to|you) stop",
+    r"keep your head down",
 )
 # Moralising, blaming or undermining their agency.
 MORALISING = _patterns(
@@ -221,19 +227,19 @@ MORALISING = _patterns(
     r"you deserve better",
     r"kills people",
     r"(?:your|the) doctor is right",
-    r"(?:not|isn'?t) fair to",
+    r"(?:not|isn'?t) fair (?:to|on)",
     r"you'?re (?:enabling|being selfish|being naive|in denial)",
     r"(?:it'?s|is) for (?:his|her|their|your) own good",
     r"(?:are|is) counting on you",
     r"family (?:comes|always comes) first",
     r"(?:your (?:father|mother|dad|mum|mom|family|kids|children|parents|son|daughter)|they) (?:needs?|depends? on) you",
-    r"(?:you'?re|you are) an adult",
+    r"(?:you'?re|you are) (?:an adult|a grown (?:man|woman|adult))",
     r"compromis\w* your principles",
     # love or conviction made a test they fail: "if you truly believe it, then ..."
     r"if you (?:really |truly |actually |genuinely )?(?:love|loved|care about|cared about|believe|believed|respect|respected)\b",
     r"actions have consequences",
     r"(?:partly |largely |entirely |all )?(?:your|his|her) own doing",
-    r"(?:and )?now you'?re surprised",
+    r"(?:now you'?re|(?:can'?t|cannot|shouldn'?t) (?:really )?be) surprised",
     r"won'?t help your case",
 )
 IMPERATIVE_VERBS = frozenset(
@@ -299,7 +305,7 @@ REFRAME = _patterns(
 _NOT_SELF_CRITICISM = (
     (
         r"(?:you'?re|you are|it'?s|that'?s|this is|it is|you were|it was|that was)(?: really| just)? not"
-        r" (?:a |an |being )?(?:overreacting|silly|nothing|petty|dramatic|too much|stupid|crazy|weak|selfish"
+        r" (?:a |an |being )?(?:overreacting|overthinking|silly|nothing|petty|dramatic|too much|stupid|crazy|weak|selfish"
         r"|annoying|ridiculous|a failure|your fault|a silly question)"
     ),
     r"(?:isn'?t|wasn'?t|is not|was not) (?:silly|petty|dramatic|stupid|ridiculous|nothing|your fault|selfish)",
