@@ -11,7 +11,7 @@ Rules (`levels_from_features`)
 ------------------------------
 A reply *earns* progress only if it has at least MIN_WORDS words, is not a repeat
 (repetition >= REPETITION), not rambling (> RAMBLING_WORDS words), carries no harm
-phrase and no platitude, is not *templated* (a support formula with fewer than two
+phrase, no false reassurance ("I'm sure it'll work out", "you're doing great") and no platitude, is not *templated* (a support formula with fewer than two
 shared stems) and is not degenerate: a gain must mean a better listener, never text
 that reuses their words without sense. It is *grounded* when grounding >= GROUNDED.
 
@@ -21,7 +21,8 @@ that reuses their words without sense. It is *grounded* when grounding >= GROUND
   shared stems, cue[C] >= CUE_C1 or the C1 exemplar.
 - A_prog 2: grounded, a hedged unstated feeling, an unstated *deep* one (shame, grief,
   fear, feeling invisible: what lies under the stated anger or sadness), or a resonance
-  phrase / A2 exemplar with an unstated feeling, and cue[A] >= CUE_A2. A_prog 1: grounded and a feeling
+  phrase / A2 exemplar with an unstated feeling, and cue[A] >= CUE_A2 (or, for a deep one,
+  grounding >= DEEP_GROUNDED). A_prog 1: grounded and a feeling
   word, a validating phrase ("makes sense", "no wonder") or the A1 exemplar.
 - P_prog 2: an empowering phrase ("you get to", "what would you want", "on your
   terms") or, for a question, the P2 exemplar, when grounded or cue[P] >= CUE_P.
@@ -32,7 +33,7 @@ that reuses their words without sense. It is *grounded* when grounding >= GROUND
   moralising lecture that is not grounded.
 - A_neg -2: invalidating ("you're overreacting", "no reason to cry", "don't be so
   dramatic"). A_neg -1, first that applies: a repeat of an earlier reply; any harm
-  phrase; templated empathy; advice while the affective need is the deepest
+  phrase or false reassurance; templated empathy; advice while the affective need is the deepest
   (state.deepest_axis() == "A", no A progress, at least half the sentences are
   directives); a reply of substance that earns nothing and whose grounding is below
   GENERIC (generic comfort).
