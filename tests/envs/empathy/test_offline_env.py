@@ -172,6 +172,44 @@ def test_judge_lecturing_short_and_rambling(scenarios):
     assert judge.score(context(card, "P"), "   ").levels["A_neg"] == -1
 
 
+def test_judge_hears_dismissal_reassurance_and_conditional_blame_in_grounded_replies(scenarios):
+    """Naming their story does not buy progress for a reply that dismisses it, promises an outcome
+    no one can know, recasts the loss as a gift or makes their love a test."""
+    ctx = context(card_of(scenarios, PRIYA), "P")
+    judge = OfflineJudge()
+
+    def progress(levels):
+        return any(levels[k] for k in ("C_prog", "A_prog", "P_prog"))
+
+    cheer = judge.score(ctx, "Rohit presenting your onboarding flow is rough, but you're doing great and I'm sure your manager will see it before your review.")
+    assert not progress(cheer.levels) and cheer.levels["A_neg"] == -1
+    for dismissal in (
+        "No need to take Rohit's demo personally; nobody in that all-hands will remember it by your review.",
+        "Losing credit for the onboarding flow could actually be a good thing, a chance to grow a thicker skin.",
+    ):
+        judged = judge.score(ctx, dismissal)
+        assert not progress(judged.levels) and judged.levels["C_neg"] == -1 and judged.levels["A_neg"] == -1
+    test = judge.score(ctx, "If you really cared about your review, you'd have spoken up at the all-hands instead of clapping.")
+    assert test.levels["P_neg"] == -2 and "If you really cared" in test.evidence["P_neg"]
+    # reporting what others promise is not promising it
+    reported = judge.score(ctx, "People keep saying you'll be fine, and that doesn't touch how it felt to watch Rohit present your screens.")
+    assert "you'll be" not in str(reported.evidence)
+    anyone = judge.score(ctx, "Watching Rohit take the applause for your onboarding flow would make anyone want to walk out.")
+    assert anyone.levels["A_prog"] == 1 and "anyone" in anyone.evidence["A_prog"]
+
+
+def test_judge_resonance_with_a_deep_unstated_feeling(scenarios):
+    """A deep feeling they have not named, close to their story, is resonance even when the card
+    has no validation cue to match (here: none at all)."""
+    ctx = context(card_of(scenarios, DEV), "A")
+    ctx.cues = {**ctx.cues, "A": []}
+    judge = OfflineJudge()
+    deep = judge.score(ctx, "Five weeks of silence from the friend you've had since you were seven. I'd guess there's some shame in it too, as if you did something to deserve being dropped.")
+    assert deep.levels["A_prog"] == 2 and "shame" in deep.evidence["A_prog"]
+    ungrounded = judge.score(ctx, "There's some shame in everything, I'd guess.")
+    assert ungrounded.levels["A_prog"] < 2
+
+
 def test_judge_is_deterministic(scenarios):
     card = card_of(scenarios, PRIYA)
     first = OfflineJudge().score(context(card, "P"), PRIYA_GOOD[2])

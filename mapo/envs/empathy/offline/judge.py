@@ -11,7 +11,7 @@ Rules (`levels_from_features`)
 ------------------------------
 A reply *earns* progress only if it has at least MIN_WORDS words, is not a repeat
 (repetition >= REPETITION), not rambling (> RAMBLING_WORDS words), carries no harm
-phrase and no platitude, is not *templated* (a support formula with fewer than two
+phrase, no false reassurance ("I'm sure it'll work out", "you're doing great") and no platitude, is not *templated* (a support formula with fewer than two
 shared stems) and is not degenerate: a gain must mean a better listener, never text
 that reuses their words without sense. It is *grounded* when grounding >= GROUNDED.
 
@@ -21,7 +21,8 @@ that reuses their words without sense. It is *grounded* when grounding >= GROUND
   shared stems, cue[C] >= CUE_C1 or the C1 exemplar.
 - A_prog 2: grounded, a hedged unstated feeling, an unstated *deep* one (shame, grief,
   fear, feeling invisible: what lies under the stated anger or sadness), or a resonance
-  phrase / A2 exemplar with an unstated feeling, and cue[A] >= CUE_A2. A_prog 1: grounded and a feeling
+  phrase / A2 exemplar with an unstated feeling, and cue[A] >= CUE_A2 (or, for a deep one,
+  grounding >= DEEP_GROUNDED). A_prog 1: grounded and a feeling
   word, a validating phrase ("makes sense", "no wonder") or the A1 exemplar.
 - P_prog 2: an empowering phrase ("you get to", "what would you want", "on your
   terms") or, for a question, the P2 exemplar, when grounded or cue[P] >= CUE_P.
@@ -32,7 +33,7 @@ that reuses their words without sense. It is *grounded* when grounding >= GROUND
   moralising lecture that is not grounded.
 - A_neg -2: invalidating ("you're overreacting", "no reason to cry", "don't be so
   dramatic"). A_neg -1, first that applies: a repeat of an earlier reply; any harm
-  phrase; templated empathy; advice while the affective need is the deepest
+  phrase or false reassurance; templated empathy; advice while the affective need is the deepest
   (state.deepest_axis() == "A", no A progress, at least half the sentences are
   directives); a reply of substance that earns nothing and whose grounding is below
   GENERIC (generic comfort).
@@ -137,7 +138,7 @@ def levels_from_features(f: Features, deepest_axis: str) -> tuple[dict[str, int]
     grounded = f.grounding >= GROUNDED and not templated
     repeated = f.repetition >= REPETITION
     rambling = f.n_words > RAMBLING_WORDS
-    harmful = bool(h["invalidating"] or h["trivialising"] or h["moralising"] or h["minimising"])
+    harmful = bool(h["invalidating"] or h["trivialising"] or h["moralising"] or h["minimising"] or h["reassurance"])
     degenerate = f.degenerate
     earns = f.n_words >= MIN_WORDS and not (
         repeated or rambling or harmful or templated or h["platitude"] or degenerate
@@ -151,7 +152,9 @@ def levels_from_features(f: Features, deepest_axis: str) -> tuple[dict[str, int]
             put("C_prog", 1, "names " + ", ".join(f.shared[:4]) if f.shared else f.cue_sentence["C"])
         deep = [w for w in f.unstated_feelings if w in DEEP_FEELINGS]
         resonance = f.hedged_unstated or deep or (h["resonance"] or _close(f, "A2") if f.unstated_feelings else [])
-        if resonance and f.cue["A"] >= CUE_A2:
+        # A deep feeling they have not named, in a reply that carries their story closely, is
+        # resonance even where the card's own validation cues are worded differently.
+        if resonance and (f.cue["A"] >= CUE_A2 or (deep and f.grounding >= DEEP_GROUNDED)):
             put("A_prog", 2, resonance[0])
         elif f.feelings or h["validate"] or _close(f, "A1"):
             put("A_prog", 1, (f.feelings or h["validate"] or _close(f, "A1"))[0])
@@ -178,7 +181,7 @@ def levels_from_features(f: Features, deepest_axis: str) -> tuple[dict[str, int]
     elif repeated:
         put("A_neg", -1, f"repeats an earlier reply (cosine {f.repetition:.2f}): {f.repeated[:80]}")
     elif harmful:  # dismissing the problem or lecturing also leaves the feelings unmet
-        put("A_neg", -1, (h["trivialising"] or h["minimising"] or h["moralising"])[0])
+        put("A_neg", -1, (h["trivialising"] or h["minimising"] or h["moralising"] or h["reassurance"])[0])
     elif templated:
         put("A_neg", -1, h["template"][0])
     elif deepest_axis == "A" and lv["A_prog"] == 0 and f.directives and 2 * len(f.directives) >= len(f.sentences):

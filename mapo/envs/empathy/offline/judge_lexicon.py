@@ -30,16 +30,14 @@ TEMPLATE = _patterns(
     r"i'?m (?:always )?here for you",
     r"(?:remember to |please )?take care of yourself",
     r"don'?t worry(?: so much| too much| about it)?",
-    r"you'?ll (?:do|be) (?:amazing|great|fine|okay|ok|brilliant)",
-    r"(?:try not to|don'?t) let (?:it|this|that|them) get to you",
+    r"you'?ll do (?:amazing|great|fine|brilliant)",
     r"you'?re not alone",
     r"stay (?:strong|positive|hopeful|optimistic)",
     r"better days (?:are|lie) (?:coming|ahead)",
     r"keep (?:fighting|going|pushing|smiling|your chin up)",
     r"(?:the|every) good fight",
     r"hang in there",
-    r"(?:everything|it|things) will (?:be (?:fine|okay|ok|alright)|work out|get better)",
-    r"you(?:'ve)? got this",
+    r"(?:everything|it|things) will get better",
     r"believe in yourself",
     r"you can do (?:it|anything)",
     r"keep your head up",
@@ -48,7 +46,6 @@ TEMPLATE = _patterns(
     r"tomorrow is a new day",
     r"every little bit helps",
     r"keep it up",
-    r"you'?re doing great",
     r"you are (?:seen|heard|enough)",
     r"love and light",
     r"follow your (?:heart|gut|passion|dreams?)",
@@ -71,6 +68,20 @@ PLATITUDE = _patterns(
     r"everyone (?:goes through|feels|knows)",
     r"(?:women|men|kids|teenagers|old people) always",
 )
+# False reassurance and cheerleading: promising an outcome or someone else's mind that no one
+# can know ("I'm sure it'll work out", "before you know it"); performed comfort, however grounded.
+REASSURANCE = _patterns(
+    r"i'?m (?:so |absolutely )?(?:sure|certain|confident) (?:that )?(?:[\w']+ ){0,3}?(?:will|'ll|means? well|only|just|did better|doing)",
+    r"before you know it",
+    r"(?:don'?t|do not|try not to|never) let (?:[\w'-]+ ){1,4}?(?:get to you|get you down|bother you|upset you|ruin|spoil)",
+    r"(?<!when )(?<!if )(?<!whether )you'?ll (?:likely |probably |soon |definitely |totally |all )?(?:be (?:back|laughing|fine|okay|ok|great|amazing)|land on your feet|get there|bounce back|thank yourself)",
+    r"(?:it|this|that)(?:'ll| will) (?:probably |soon |eventually |all )?(?:pass|blow over|feel (?:natural|normal|easier))",
+    r"(?:they|he|she)(?:'ll| will) (?:soon |eventually )?come (?:a)?round",
+    r"you'?ll feel (?:better|fine)",
+    r"(?:everything|it|things)(?:'ll| will) (?:all )?(?:work out|fall into place|be (?:fine|okay|ok|alright))",
+    r"(?:you'?re|you are) doing (?:great|amazing|so well|brilliantly)",
+    r"you(?:'ve)? (?:totally )?got this",
+)
 # Minimising the problem (C_neg -2 when it calls it trivial, else -1).
 TRIVIALISING = _patterns(
     r"not (?:that |a |such a )?(?:big|huge) deal",
@@ -89,7 +100,7 @@ TRIVIALISING = _patterns(
 MINIMISING = _patterns(
     r"at least",
     r"happens? (?:to (?:everyone|everybody|all of us)|all the time)",
-    r"every(?:one|body) (?:gets|has|goes|does|feels|deals)",
+    r"every(?:one|body) (?:gets|has|goes|does|feels|deals|makes mistakes|messes up|slips up)",
     r"(?:a lot of|lots of|plenty of|many|most) (?:people|folks|of us) (?:feel|get|have|go through|deal|struggle|are)\b",
     r"(?:stressful|hard|tough|difficult|normal|common|scary|awkward) for (?:everyone|everybody|all of us)",
     r"nothing personal",
@@ -121,12 +132,30 @@ MINIMISING = _patterns(
     r"see it from (?:her|his|their) (?:side|point of view|perspective)",
     r"(?:young people|parents|kids|teenagers) (?:always|do things differently|say)",
     r"for the best",
+    # telling them not to feel it: "no need to take it personally", "try not to worry"
+    r"no need to (?:take|worry|panic|stress|dwell|overthink|fret|get (?:upset|worked up)|read|lose sleep|think about)",
+    r"try not to (?:worry|think|dwell|overthink|stress|panic|fret|take|read|get)",
+    r"read (?:too|so) much into",
+    r"overthink\w*",
+    r"(?:wouldn'?t|don'?t) waste (?:your |any )?(?:energy|time|breath)",
+    # guessing others' minds to shrink it: "she is only tired", "nobody is thinking about it"
+    r"(?:he|she|they|it) (?:is|are|was) (?:probably |maybe )?(?:just|only) (?:busy|tired|stressed|teasing|joking|a phase)",
+    r"(?:is|'s) probably nothing",
+    r"probably (?:doesn'?t|don'?t|didn'?t) (?:care|mind|notice|mean)",
+    r"(?:nobody|no one)(?: [\w']+){0,3} (?:is|'s|will|'ll) (?:even )?(?:thinking|remember|care|notice|talking)",
+    # the silver lining: the loss recast as a gift before it is heard
+    r"(?:a|an) (?:chance|opportunity) to (?:grow|learn|start (?:over|fresh|again)|reinvent|prove)",
+    r"(?:could|might|may) (?:actually |even |really )?be (?:exciting|a good thing|good for you|a blessing|fun|freeing|an adventure)",
+    r"(?:a bit of |an )?adventure for",
+    r"blessing in disguise",
+    r"(?:is|are) (?:actually |really )?a gift",
+    r"silver lining",
 )
 # Invalidating the feelings themselves.
 INVALIDATING = _patterns(
     r"overreact\w*",
     r"get over it",
-    r"(?<!n't )(?<!not )stop (?:feeling sorry|moping|worrying|complaining|overthinking|being|crying|catastrophi[sz]ing)",
+    r"(?<!n't )(?<!not )(?<!you )stop (?:feeling sorry|moping|worrying|stressing|complaining|overthinking|being|crying|catastrophi[sz]ing)",
     r"toughen up",
     r"(?:don'?t|do not) be (?:so |too )?(?:sad|upset|sensitive|dramatic|emotional|negative)\b",
     r"(?:you'?re|you are|you get|you'?re being|being) (?:so |too |a bit |a little )?(?:sensitive|dramatic|emotional)",
@@ -160,6 +189,11 @@ PRESSURE = _patterns(
     r"stay away from",
     r"(?:kick|throw) (?:him|her|them) out",
     r"you can'?t give up",
+    r"be careful not to",
+    r"think (?:very |really |long and )?(?:carefully|twice|hard)\b(?! about what you)",
+    r"prove yourself",
+    r"(?:it'?s|it is) (?:high )?time (?:to|you) stop",
+    r"keep your head down",
 )
 # Moralising, blaming or undermining their agency.
 MORALISING = _patterns(
@@ -193,14 +227,20 @@ MORALISING = _patterns(
     r"you deserve better",
     r"kills people",
     r"(?:your|the) doctor is right",
-    r"(?:not|isn'?t) fair to",
+    r"(?:not|isn'?t) fair (?:to|on)",
     r"you'?re (?:enabling|being selfish|being naive|in denial)",
     r"(?:it'?s|is) for (?:his|her|their|your) own good",
     r"(?:are|is) counting on you",
     r"family (?:comes|always comes) first",
     r"(?:your (?:father|mother|dad|mum|mom|family|kids|children|parents|son|daughter)|they) (?:needs?|depends? on) you",
-    r"(?:you'?re|you are) an adult",
+    r"(?:you'?re|you are) (?:an adult|a grown (?:man|woman|adult))",
     r"compromis\w* your principles",
+    # love or conviction made a test they fail: "if you truly believe it, then ..."
+    r"if you (?:really |truly |actually |genuinely )?(?:love|loved|care about|cared about|believe|believed|respect|respected)\b",
+    r"actions have consequences",
+    r"(?:partly |largely |entirely |all )?(?:your|his|her) own doing",
+    r"(?:now you'?re|(?:can'?t|cannot|shouldn'?t) (?:really )?be) surprised",
+    r"won'?t help your case",
 )
 IMPERATIVE_VERBS = frozenset(
     """try make ask talk join set schedule send update consider look change install check start stop write call go
@@ -265,7 +305,7 @@ REFRAME = _patterns(
 _NOT_SELF_CRITICISM = (
     (
         r"(?:you'?re|you are|it'?s|that'?s|this is|it is|you were|it was|that was)(?: really| just)? not"
-        r" (?:a |an |being )?(?:overreacting|silly|nothing|petty|dramatic|too much|stupid|crazy|weak|selfish"
+        r" (?:a |an |being )?(?:overreacting|overthinking|silly|nothing|petty|dramatic|too much|stupid|crazy|weak|selfish"
         r"|annoying|ridiculous|a failure|your fault|a silly question)"
     ),
     r"(?:isn'?t|wasn'?t|is not|was not) (?:silly|petty|dramatic|stupid|ridiculous|nothing|your fault|selfish)",
@@ -278,7 +318,8 @@ VALIDATE = _patterns(
     r"no wonder",
     r"understandable",
     r"anyone would",
-    r"would shake anyone",
+    r"would (?:[\w']+ ){1,3}anyone(?:'s)?\b",
+    r"(?:a lot|a great deal|so much|too much) to (?:carry|hold|sit with|take in)",
     r"it'?s okay to",
     r"you must (?:miss|feel)",
     r"(?:that'?s|that is|it'?s) (?:painful|unfair|heartbreaking|humiliating|exhausting|frustrating)",
@@ -445,6 +486,7 @@ HARM_EXEMPLARS = {
 
 PATTERN_FAMILIES = {
     "template": TEMPLATE,
+    "reassurance": REASSURANCE,
     "platitude": PLATITUDE,
     "trivialising": TRIVIALISING,
     "minimising": MINIMISING,
@@ -461,9 +503,10 @@ PATTERN_FAMILIES = {
 CLAUSE_OPENERS = frozenset("so then just really and but now honestly seriously think also or".split())
 REPORTED_SPEECH = frozenset("told asked expected pressured pushed urged supposed".split())
 REPORTING_WORDS = frozenset(
-    "means mean meant feel feels felt think thinks thought believe believes like that if because something nothing anything".split()
+    "means mean meant feel feels felt think thinks thought believe believes like that if because something nothing anything"
+    " say says saying said".split()
 )
-HARM_FAMILIES = ("template", "platitude", "trivialising", "minimising", "invalidating", "pressure", "moralising")
+HARM_FAMILIES = ("template", "reassurance", "platitude", "trivialising", "minimising", "invalidating", "pressure", "moralising")
 # Agreeing with their own dismissal ("you're right, it's only a race") makes it the reply's.
 AGREEING = re.compile(r"\b(?:you'?re|you are) (?:right|correct)[,;:]?\s*$|\b(?:i agree|exactly|fair enough)[,;:]\s*$", re.IGNORECASE)
 # A harm phrase inside a clause that weighs their options ("whether to keep going or let it go")
