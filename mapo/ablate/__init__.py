@@ -6,7 +6,7 @@ common training settings; the registry (`plan.VARIANTS`) holds the paper's grid
 add more. Every run gets the same budget: steps x scenarios_per_step x samples_per_scenario
 dialogues.
 
-    plan      variants, the plan and its units
+    plan      variants, the named plans (default, quick, study), the plan and its units
     state     the ablation folder on disk (what is done, what to resume)
     runner    one unit, the base, the process pool
     stats     figures per run and evaluation, mean ± std over seeds, paired differences
@@ -15,14 +15,17 @@ dialogues.
 
 from mapo.ablate.plan import (
     DEFAULT_VARIANTS,
+    PLANS,
     VARIANTS,
     AblationPlan,
+    BenchmarkBudget,
     EvalBudget,
     Unit,
     Variant,
     plan_for,
     quick_plan,
     register_variant,
+    study_plan,
     unit_overrides,
 )
 from mapo.ablate.report import paired_dialogue_markdown, to_markdown, write_outputs
@@ -40,8 +43,10 @@ from mapo.ablate.stats import (
 
 __all__ = [
     "DEFAULT_VARIANTS",
+    "PLANS",
     "VARIANTS",
     "AblationPlan",
+    "BenchmarkBudget",
     "EvalBudget",
     "Unit",
     "Variant",
@@ -60,6 +65,7 @@ __all__ = [
     "run_ablation",
     "run_dir",
     "run_unit",
+    "study_plan",
     "to_markdown",
     "training_metrics",
     "training_state",

@@ -50,8 +50,10 @@ def check_plan(out: Path, plan: AblationPlan) -> None:
     """Write plan.json, or make sure the folder's existing plan is this one (a rerun resumes it)."""
     path = out / "plan.json"
     if path.is_file():
-        saved = json.loads(path.read_text(encoding="utf-8"))
-        if saved != json.loads(json.dumps(plan.to_dict())):
+        # compared as plans, not text (a plan.json from before a field existed holds its default),
+        # and without the name, a label: the same settings are the same plan
+        saved = {**read_plan(out).to_dict(), "name": plan.name}
+        if saved != plan.to_dict():
             raise ValueError(
                 f"{out} holds an ablation with a different plan ({path}); rerun with the same options "
                 "to resume it, or choose a new --output"
@@ -68,5 +70,5 @@ def read_plan(out: Path) -> AblationPlan:
         return AblationPlan.from_dict(json.loads(path.read_text(encoding="utf-8")))
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}: not valid JSON ({err})") from None
-    except (KeyError, TypeError) as err:
-        raise ValueError(f"{path}: not an ablation plan ({type(err).__name__}: {err})") from None
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"{path}: not an ablation plan ({err})") from None
