@@ -5,6 +5,7 @@ and the plan.json that makes a rerun resume the same plan.
     <out>/runs/<variant>-s<seed>/     a training run (mapo.trainer), resumable
     <out>/evals/<variant>-s<seed>/    mapo eval of that run's final policy on held-out scenarios
     <out>/evals/base/                 the untrained base policy, same eval
+    <out>/evals/<unit>/bench/<name>/  the outside benchmark <name> on that policy (mapo bench's results folder)
     <out>/logs/<unit>.log             a unit's output when run in a worker process
 """
 
@@ -38,12 +39,34 @@ def training_state(path: Path, steps: int) -> str:
     return "partial"
 
 
-def read_eval(folder: Path) -> dict[str, Any] | None:
-    """The eval.json in `folder`, or None when missing or cut short."""
+def bench_dir(out: Path, name: str, benchmark: str) -> Path:
+    return eval_dir(out, name) / "bench" / benchmark
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((folder / "eval.json").read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
         return None
+
+
+def read_eval(folder: Path) -> dict[str, Any] | None:
+    """The eval.json in `folder`, or None when missing or cut short."""
+    return _read_json(folder / "eval.json")
+
+
+def read_bench(folder: Path) -> dict[str, Any] | None:
+    """A finished benchmark's results.json, or None: missing, cut short, or its predictions.jsonl
+    (written after results.json) does not hold every item yet."""
+    results = _read_json(folder / "results.json")
+    try:
+        with open(folder / "predictions.jsonl", encoding="utf-8") as handle:
+            written = sum(1 for line in handle if line.strip())
+    except OSError:
+        return None
+    if not isinstance(results, dict) or written != results.get("config", {}).get("items"):
+        return None
+    return results
 
 
 def check_plan(out: Path, plan: AblationPlan) -> None:
