@@ -50,23 +50,48 @@ def _read_json(path: Path) -> dict[str, Any] | None:
         return None
 
 
+def _json_lines(path: Path) -> list[dict[str, Any]] | None:
+    """The records of a .jsonl file we wrote (None when missing); a line cut short is left out."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    records = []
+    for line in text.splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def _complete(summary_file: Path, lines_file: Path, expected: Any) -> dict[str, Any] | None:
+    """`summary_file`'s data when `lines_file` (written after it) holds the `expected(data)` records."""
+    data = _read_json(summary_file)
+    records = _json_lines(lines_file)
+    if not isinstance(data, dict) or records is None:
+        return None
+    try:
+        return data if len(records) == expected(data) else None
+    except (KeyError, TypeError):
+        return None
+
+
 def read_eval(folder: Path) -> dict[str, Any] | None:
-    """The eval.json in `folder`, or None when missing or cut short."""
-    return _read_json(folder / "eval.json")
+    """The eval.json in `folder`, or None: missing, cut short, or its transcripts.jsonl (written
+    after it) does not hold every dialogue."""
+    return _complete(folder / "eval.json", folder / "transcripts.jsonl", lambda d: d["summary"]["dialogues"])
+
+
+def read_transcripts(folder: Path) -> list[dict[str, Any]]:
+    """An eval's dialogues (transcripts.jsonl), [] when it has none."""
+    return _json_lines(folder / "transcripts.jsonl") or []
 
 
 def read_bench(folder: Path) -> dict[str, Any] | None:
     """A finished benchmark's results.json, or None: missing, cut short, or its predictions.jsonl
-    (written after results.json) does not hold every item yet."""
-    results = _read_json(folder / "results.json")
-    try:
-        with open(folder / "predictions.jsonl", encoding="utf-8") as handle:
-            written = sum(1 for line in handle if line.strip())
-    except OSError:
-        return None
-    if not isinstance(results, dict) or written != results.get("config", {}).get("items"):
-        return None
-    return results
+    (written after it) does not hold every item."""
+    return _complete(folder / "results.json", folder / "predictions.jsonl", lambda d: d["config"]["items"])
 
 
 def check_plan(out: Path, plan: AblationPlan) -> None:
@@ -95,3 +120,14 @@ def read_plan(out: Path) -> AblationPlan:
         raise ValueError(f"{path}: not valid JSON ({err})") from None
     except (ValueError, TypeError) as err:
         raise ValueError(f"{path}: not an ablation plan ({err})") from None
+
+
+def run_metrics(out: Path, plan: AblationPlan) -> dict[Unit, list[dict[str, Any]]]:
+    """Each started unit's metrics.jsonl rows, in step order."""
+    from mapo.run_folder import RunFolder
+
+    return {
+        unit: sorted(RunFolder(run_dir(out, unit)).read_metrics(), key=lambda m: m["step"])
+        for unit in plan.units()
+        if run_dir(out, unit).is_dir()
+    }
