@@ -123,13 +123,13 @@ def run_ablation(
     out = Path(out)
     if jobs < 1:
         raise ValueError(f"--jobs must be at least 1, got {jobs}")
-    check_plan(out, plan)
     from mapo.config import load_config
 
-    load_config(None, [*plan.train, *extra])  # a bad setting fails before any process starts
+    load_config(None, [*plan.train, *extra])  # a bad setting fails before anything is written
     if plan.benchmarks.targets:  # so does a missing or broken benchmark file
         for benchmark in plan.benchmarks.names:
             load_items(plan.benchmarks, benchmark)
+    check_plan(out, plan)
     todo: list[Unit | None] = [None, *plan.units()]
     report = on_done or (lambda name, did: None)
     if jobs == 1:
