@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -48,6 +49,7 @@ def t_two_sided_cdf(t: float, df: int) -> float:
     return 2 / math.pi * (theta + sin * math.cos(theta) * total)
 
 
+@lru_cache(maxsize=256)
 def t_quantile(level: float, df: int) -> float:
     """The t with P(|T| <= t) = level (e.g. 0.95 and df = 4: 2.776), by bisection."""
     if not 0 < level < 1:
@@ -56,7 +58,7 @@ def t_quantile(level: float, df: int) -> float:
     while t_two_sided_cdf(high, df) < level:
         high *= 2
     low = 0.0
-    for _ in range(200):  # far below float resolution
+    while high - low > 1e-13 * high:
         middle = (low + high) / 2
         low, high = (middle, high) if t_two_sided_cdf(middle, df) < level else (low, middle)
     return (low + high) / 2
