@@ -77,8 +77,12 @@ def build_tables(plan: AblationPlan, measured: Measured) -> list[Table]:
         rows = aggregate_rows(measured.benchmarks, plan, BENCH_METRICS, benched)
         tables.append(summary_table(f"Outside benchmarks (greedy; first {plan.benchmarks.limit or 'all'} items of each): "
                                     "mean ± sample std over seeds", rows, BENCH_METRICS))
-    tables.append(summary_table("Training (metrics.jsonl): mean ± sample std over seeds",
-                                aggregate_rows(measured.training, plan, TRAINING_METRICS), TRAINING_METRICS))
+    tables.append(summary_table(
+        "Training (metrics.jsonl): mean ± sample std over seeds",
+        aggregate_rows(measured.training, plan, TRAINING_METRICS), TRAINING_METRICS,
+        "last 3 − previous 3: the mean per-turn training reward of the last 3 steps minus that of the 3 before "
+        "(near 0 once training has flattened; – under 6 steps). Replies cut: the share of training replies that hit "
+        "the token cap (a long-horizon budget keeps it under 20 %)."))
     if ref not in plan.variants:
         return tables
     per_unit = measured.per_unit()

@@ -74,11 +74,11 @@ def to_markdown(rows: Sequence[dict[str, Any]], metrics: Sequence[tuple[str, str
     return summary_table("", rows, metrics).markdown()
 
 
-def summary_table(title: str, rows: Sequence[dict[str, Any]], metrics: Sequence[tuple[str, str]]) -> Table:
+def summary_table(title: str, rows: Sequence[dict[str, Any]], metrics: Sequence[tuple[str, str]], note: str = "") -> Table:
     """Rows of `aggregate_rows`: variant, seeds, mean ± std per metric."""
     cells = [[r["variant"], "–" if r["variant"] == "base" else str(len(r["seeds"])),
               *(format_cell(r["metrics"][k]) for k, _ in metrics)] for r in rows]
-    return Table(title, ["variant", "seeds", *(t for _, t in metrics)], cells, data=list(rows))
+    return Table(title, ["variant", "seeds", *(t for _, t in metrics)], cells, note, data=list(rows))
 
 
 def paired_table(title: str, rows: Sequence[dict[str, Any]], metrics: Sequence[tuple[str, str]],
@@ -103,6 +103,8 @@ def dialogue_table(title: str, rows: Sequence[dict[str, Any]], metrics: Sequence
                         for (k, _), w in zip(metrics, worse))])
     note = (f"Variant minus {reference} on the same held-out dialogue (scenario and sample) at the same seed, "
             "pooled; mean [95 % interval of a two-stage bootstrap: seeds with replacement, then the dialogues of "
-            f"each drawn seed; {RESAMPLES} resamples, seed {BOOTSTRAP_SEED}] (share of dialogues worse). " + CI_NOTE)
+            f"each drawn seed; {RESAMPLES} resamples, seed {BOOTSTRAP_SEED}] (share of dialogues worse). With few seeds "
+            "this interval is narrower than the t interval of the by-seed table: that one is the conservative reading. "
+            + CI_NOTE)
     return Table(title, ["variant", "seeds / pairs", *(f"{t} − {reference}" for _, t in metrics)], cells, note,
                  data=list(rows))
