@@ -86,6 +86,11 @@ def bench_metrics(results: dict[str, dict[str, Any] | None]) -> dict[str, float 
 
 
 def read_bench_metrics(out: Path, name: str, budget: BenchmarkBudget) -> dict[str, float | None] | None:
-    """The policy `name`'s benchmark figures, or None when none of its benchmarks has finished."""
+    """The policy `name`'s benchmark figures and the seconds they took ("bench_seconds", over the
+    finished ones), or None when none of its benchmarks has finished."""
     results = {b: read_bench(bench_dir(out, name, b)) for b in budget.names}
-    return bench_metrics(results) if any(r is not None for r in results.values()) else None
+    finished = [r for r in results.values() if r is not None]
+    if not finished:
+        return None
+    seconds = [r["config"].get("seconds") for r in finished]
+    return {**bench_metrics(results), "bench_seconds": sum(seconds) if None not in seconds else None}

@@ -31,6 +31,8 @@ from mapo.ablate.stats import (
 from mapo.ablate.tables import Table, dialogue_table, paired_table, summary_table
 
 PAIRED_TRAINING = tuple((k, t) for k, t in TRAINING_METRICS if k in ("reward_last", "reward_flatness", "truncated_pct"))
+SECONDS = (("train_seconds", "training (sum of step times)"), ("eval_seconds", "held-out eval"),
+           ("bench_seconds", "benchmarks"))  # what sizing the plan to a time budget needs
 
 
 @dataclasses.dataclass
@@ -42,6 +44,7 @@ class Measured:
     transcripts: dict[str, list[dict[str, Any]]]
     benchmarks: dict[str, dict[str, float | None]]
     training: dict[str, dict[str, float | None]]
+    seconds: dict[str, dict[str, float | None]]  # wall time per unit: training, eval, benchmarks
 
     def per_unit(self) -> dict[str, dict[str, float | None]]:
         """Every figure of each unit in one mapping (what the by-seed pairing reads)."""
@@ -50,17 +53,22 @@ class Measured:
 
 
 def measure(out: Path, plan: AblationPlan) -> Measured:
-    found = Measured({}, {}, {}, {}, {})
+    found = Measured({}, {}, {}, {}, {}, {})
     for name in ["base", *(u.name for u in plan.units())]:
         result = read_eval(eval_dir(out, name))
         if result is not None:
             found.transcripts[name] = read_transcripts(eval_dir(out, name))
             found.evals[name] = eval_metrics(result)
             found.dialogues[name] = dialogue_metrics(result, found.transcripts[name])
+            found.seconds.setdefault(name, {})["eval_seconds"] = result["config"].get("seconds")
         bench = read_bench_metrics(out, name, plan.benchmarks) if plan.benchmarks.targets else None
         if bench is not None:
+            found.seconds.setdefault(name, {})["bench_seconds"] = bench.pop("bench_seconds")
             found.benchmarks[name] = bench
-    found.training = {unit.name: training_metrics(rows) for unit, rows in run_metrics(out, plan).items() if rows}
+    for unit, rows in run_metrics(out, plan).items():
+        if rows:
+            found.training[unit.name] = training_metrics(rows)
+            found.seconds.setdefault(unit.name, {})["train_seconds"] = sum(float(m.get("step_time", 0.0)) for m in rows)
     return found
 
 
@@ -83,6 +91,8 @@ def build_tables(plan: AblationPlan, measured: Measured) -> list[Table]:
         "last 3 − previous 3: the mean per-turn training reward of the last 3 steps minus that of the 3 before "
         "(near 0 once training has flattened; – under 6 steps). Replies cut: the share of training replies that hit "
         "the token cap (a long-horizon budget keeps it under 20 %)."))
+    tables.append(summary_table("Wall time per run on this machine (s): mean ± sample std over seeds",
+                                aggregate_rows(measured.seconds, plan, SECONDS), SECONDS))
     if ref not in plan.variants:
         return tables
     per_unit = measured.per_unit()
@@ -128,6 +138,7 @@ def write_outputs(out: Path, plan: AblationPlan) -> Path:
         "units": measured.evals,
         "benchmarks": measured.benchmarks,
         "training": measured.training,
+        "seconds": measured.seconds,
         "tables": {t.title: t.data for t in tables},
         "excerpts": [t.data[0] for t in excerpts],
         "missing": missing,

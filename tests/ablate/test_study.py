@@ -168,6 +168,8 @@ def test_a_tiny_study_trains_evaluates_benchmarks_and_reruns_only_what_is_missin
     assert data["missing"] == [] and set(data["benchmarks"]) == {"base", "mapo-idr-s0", "mapo-idr-s1"}
     assert data["benchmarks"]["base"]["emobench_ea_parse_rate"] is not None
     assert 0.0 <= data["training"]["mapo-idr-s1"]["truncated_pct"] <= 100.0
+    assert set(data["seconds"]["mapo-idr-s0"]) == {"train_seconds", "eval_seconds", "bench_seconds"}
+    assert all(v >= 0 for v in data["seconds"]["mapo-idr-s0"].values()) and "train_seconds" not in data["seconds"]["base"]
     tables = data["tables"]
     (base,) = tables["Paired by seed with mapo-idr: held-out evaluation"]
     assert base["variant"] == "base" and base["seeds"] == [0, 1]
