@@ -127,8 +127,13 @@ def run_ablation(
 
     load_config(None, [*plan.train, *extra])  # a bad setting fails before anything is written
     if plan.benchmarks.targets:  # so does a missing or broken benchmark file
+        from mapo.evaluate.bench import BenchmarkDataError
+
         for benchmark in plan.benchmarks.names:
-            load_items(plan.benchmarks, benchmark)
+            try:
+                load_items(plan.benchmarks, benchmark)
+            except BenchmarkDataError as err:
+                raise BenchmarkDataError(f"{err} (the plan's benchmarks.data: set it with --bench-data FOLDER)") from None
     check_plan(out, plan)
     todo: list[Unit | None] = [None, *plan.units()]
     report = on_done or (lambda name, did: None)

@@ -13,7 +13,7 @@ from mapo.cli.common import SetOpt, app, fail
 @app.command()
 def ablate(
     output: Annotated[
-        Optional[Path], typer.Option("--output", help="Ablation folder (default: runs/ablate-<time>, or runs/ablate-quick-<time>).")
+        Optional[Path], typer.Option("--output", help="Ablation folder (default: runs/ablate-<time>, or runs/ablate-<plan>-<time>).")
     ] = None,
     resume: Annotated[
         Optional[Path], typer.Option("--resume", help="Continue ABLATION_DIR: skip finished units, resume cut runs from their checkpoints.")

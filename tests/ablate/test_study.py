@@ -9,6 +9,7 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
+from cli_output import flat
 from fixture_paths import FIXTURES
 
 from mapo.ablate import PLANS, AblationPlan, Unit, check_plan, plan_for, run_ablation, study_plan, unit_overrides
@@ -105,14 +106,14 @@ def test_plan_json_records_everything_and_older_folders_still_resume(tmp_path):
 def test_cli_plan_options_are_checked_before_anything_runs(tmp_path):
     runner = CliRunner()
     result = runner.invoke(app, ["ablate", "--quick", "--plan", "study", "--output", str(tmp_path / "a")])
-    assert result.exit_code == 2 and "--quick is --plan quick" in result.output
+    assert result.exit_code == 2 and "--quick is --plan quick" in flat(result.output)
     result = runner.invoke(app, ["ablate", "--resume", str(tmp_path), "--plan", "study"])
-    assert result.exit_code == 2 and "drop the other plan options" in result.output
+    assert result.exit_code == 2 and "drop the other plan options" in flat(result.output)
     result = runner.invoke(app, ["ablate", "--plan", "nope", "--output", str(tmp_path / "b")])
-    assert result.exit_code == 2 and "unknown ablation plan 'nope'" in result.output
+    assert result.exit_code == 2 and "unknown ablation plan 'nope'" in flat(result.output)
     result = runner.invoke(app, ["ablate", "--plan", "study", "--bench-data", str(tmp_path / "none"),
                                  "--output", str(tmp_path / "c")])
-    assert result.exit_code == 2 and "no EQ-Bench questions file" in result.output
+    assert result.exit_code == 2 and "no EQ-Bench questions file" in flat(result.output) and "--bench-data" in flat(result.output)
     assert not (tmp_path / "c").exists()  # nothing written for a plan that cannot run
 
 
