@@ -76,18 +76,14 @@ def _policy_to_test(out: Path, plan: AblationPlan, unit: Unit | None, extra: Seq
         path = run_dir(out, unit)
         policy, _ = load_eval_policy(str(path))
         return policy, load_config(path / "config.yaml").rollout.system_prompt
+    from mapo.policy import load_policy
+
     config = load_config(None, [*plan.train, *extra])
     if config.policy.lora.enabled:  # the base is the model the adapters start from
         config.policy.lora.enabled = False
-    return _base_policy(config), config.rollout.system_prompt
-
-
-def _base_policy(config: Any) -> Any:
-    from mapo.policy import load_policy
-
     policy = load_policy(config.policy, seed=config.seed)
     policy.model.eval()
-    return policy
+    return policy, config.rollout.system_prompt
 
 
 def _unit_job(out: str, plan: dict[str, Any], unit: tuple[str, int] | None, threads: int,

@@ -12,6 +12,7 @@ and the plan.json that makes a rerun resume the same plan.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,7 @@ def _json_lines(path: Path) -> list[dict[str, Any]] | None:
     return records
 
 
-def _complete(summary_file: Path, lines_file: Path, expected: Any) -> dict[str, Any] | None:
+def _complete(summary_file: Path, lines_file: Path, expected: Callable[[dict[str, Any]], Any]) -> dict[str, Any] | None:
     """`summary_file`'s data when `lines_file` (written after it) holds the `expected(data)` records."""
     data = _read_json(summary_file)
     records = _json_lines(lines_file)
