@@ -4,28 +4,38 @@ A *variant* is a name plus config overrides (`--set` style) on top of the plan's
 common training settings; the registry (`plan.VARIANTS`) holds the paper's grid
 (estimator x reward) and later options (redundancy reweighting, RAPO); plug-in packages
 add more. Every run gets the same budget: steps x scenarios_per_step x samples_per_scenario
-dialogues.
+dialogues. A *plan* (`plan.PLANS`: default, quick, study) fixes variants, seeds, training
+settings, the held-out evaluation and the outside benchmarks.
 
-    plan      variants, the plan and its units
-    state     the ablation folder on disk (what is done, what to resume)
-    runner    one unit, the base, the process pool
-    stats     figures per run and evaluation, mean ± std over seeds, paired differences
-    report    ablation.{json,md,html} and curves.png
+    plan        variants, the named plans, the plan and its units
+    state       the ablation folder on disk (what is done, what to resume)
+    runner      one unit (train, evaluate, benchmark), the base, the process pool
+    benchmarks  EQ-Bench v2 and EmoBench on a unit's policy, resumable
+    intervals   t intervals and the two-stage cluster bootstrap (pure numpy)
+    stats       figures per run, evaluation and dialogue; mean ± std; paired differences with CIs
+    tables      the report's tables as markdown and HTML
+    excerpts    side-by-side transcript excerpts picked by a stated rule
+    curves      curves.png
+    report      ablation.{json,md,html}
 """
 
+from mapo.ablate.intervals import cluster_bootstrap, t_interval, t_quantile
 from mapo.ablate.plan import (
     DEFAULT_VARIANTS,
+    PLANS,
     VARIANTS,
     AblationPlan,
+    BenchmarkBudget,
     EvalBudget,
     Unit,
     Variant,
     plan_for,
     quick_plan,
     register_variant,
+    study_plan,
     unit_overrides,
 )
-from mapo.ablate.report import paired_dialogue_markdown, to_markdown, write_outputs
+from mapo.ablate.report import write_outputs
 from mapo.ablate.runner import run_ablation, run_unit
 from mapo.ablate.state import check_plan, read_plan, run_dir, training_state
 from mapo.ablate.stats import (
@@ -37,20 +47,24 @@ from mapo.ablate.stats import (
     paired_rows,
     training_metrics,
 )
+from mapo.ablate.tables import Table, to_markdown
 
 __all__ = [
     "DEFAULT_VARIANTS",
+    "PLANS",
     "VARIANTS",
     "AblationPlan",
+    "BenchmarkBudget",
     "EvalBudget",
+    "Table",
     "Unit",
     "Variant",
     "aggregate_rows",
     "check_plan",
+    "cluster_bootstrap",
     "dialogue_metrics",
     "eval_metrics",
     "mean_std",
-    "paired_dialogue_markdown",
     "paired_dialogue_rows",
     "paired_rows",
     "plan_for",
@@ -60,6 +74,9 @@ __all__ = [
     "run_ablation",
     "run_dir",
     "run_unit",
+    "study_plan",
+    "t_interval",
+    "t_quantile",
     "to_markdown",
     "training_metrics",
     "training_state",

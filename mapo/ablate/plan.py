@@ -4,8 +4,9 @@ evaluation budget, and the units (variant x seed) the plan runs."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from mapo.registry import Registry
@@ -95,22 +96,68 @@ QUICK_TRAIN = (
 class EvalBudget:
     """Held-out evaluation settings for every run and the base (shortened from EMPA's 45 turns)."""
 
+    __pydantic_config__ = {"extra": "forbid"}  # from_dict: a misspelt field is an error
+
     scenarios: str = "test"
     limit: int | None = None
     samples: int = 1
     max_turns: int = 13  # success is only checked from turn 12 (DESIGN s.3): keep this above it
     max_new_tokens: int = 32
+    max_sentences: int | None = 3  # a reply ends after this many sentences (None: only the token cap)
     temperature: float = 0.7
     seed: int = 0
+    engine: str = "auto"  # what samples the replies: auto | hf | llamacpp (mapo.engines)
+
+
+BENCHMARK_NAMES = ("eqbench", "emobench")
+
+
+@dataclass
+class BenchmarkBudget:
+    """Outside benchmarks (EQ-Bench v2, EmoBench EA and EU) on the saved policies of `targets`:
+    "base" and variant names, every seed of each. Greedy answers through the rollout engine, as
+    `mapo bench eqbench | emobench` gives them; empty `targets`: no benchmarks."""
+
+    __pydantic_config__ = {"extra": "forbid"}  # from_dict: a misspelt field is an error
+
+    targets: list[str] = field(default_factory=list)
+    names: list[str] = field(default_factory=lambda: list(BENCHMARK_NAMES))
+    data: str = ""  # the authors' files: a folder holding eqbench/ and emobench/
+    limit: int | None = None  # the first N items of EQ-Bench and of each EmoBench task
+    languages: list[str] = field(default_factory=lambda: ["en"])  # EmoBench languages kept
+    emobench_tasks: list[str] = field(default_factory=lambda: ["EA", "EU"])
+    batch_size: int = 8
+    eqbench_max_tokens: int = 600
+    emobench_max_tokens: int = 48
+    engine: str = "auto"
+
+    def __post_init__(self) -> None:
+        unknown = [n for n in self.names if n not in BENCHMARK_NAMES]
+        if unknown:
+            raise ValueError(f"benchmarks.names {unknown}: choose from {', '.join(BENCHMARK_NAMES)}")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"benchmarks.limit must be at least 1 (or None for every item), got {self.limit}")
+        if not set(self.emobench_tasks) <= {"EA", "EU"} or not self.emobench_tasks:
+            raise ValueError(f"benchmarks.emobench_tasks {self.emobench_tasks}: choose from EA, EU")
+        if min(self.batch_size, self.eqbench_max_tokens, self.emobench_max_tokens) < 1:
+            raise ValueError("benchmarks.batch_size, eqbench_max_tokens and emobench_max_tokens must be at least 1")
+        if self.targets and not self.data:
+            raise ValueError("benchmarks need the EQ-Bench / EmoBench files: set benchmarks.data (--bench-data FOLDER)")
 
 
 @dataclass
 class AblationPlan:
+    """What an ablation runs: variants x seeds, each `steps` of the common training settings, then the
+    held-out evaluation and, for the benchmark targets, the outside benchmarks. plan.json holds it."""
+
+    __pydantic_config__ = {"extra": "forbid"}  # from_dict: a misspelt field is an error
     variants: list[str] = field(default_factory=lambda: list(DEFAULT_VARIANTS))
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     steps: int = 10
     train: list[str] = field(default_factory=lambda: list(DEFAULT_TRAIN))  # `--set` for every run
     eval: EvalBudget = field(default_factory=EvalBudget)
+    benchmarks: BenchmarkBudget = field(default_factory=BenchmarkBudget)
+    name: str = "default"  # the registered plan it started from (PLANS)
 
     def __post_init__(self) -> None:
         for name in self.variants:
@@ -118,6 +165,9 @@ class AblationPlan:
                 raise ValueError(f"ablation variant {name!r} names a {type(VARIANTS.resolve(name)).__name__}, not a Variant")
         if not self.variants or not self.seeds:
             raise ValueError("an ablation needs at least one variant and one seed")
+        strays = [t for t in self.benchmarks.targets if t != "base" and t not in self.variants]
+        if strays:
+            raise ValueError(f"benchmarks.targets {strays} are not variants of this plan ({', '.join(self.variants)}) or 'base'")
         if len(set(self.seeds)) != len(self.seeds) or len(set(self.variants)) != len(self.variants):
             raise ValueError(f"duplicate seeds or variants in the plan: seeds {self.seeds}, variants {self.variants}")
         if self.steps < 1:
@@ -129,20 +179,22 @@ class AblationPlan:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def benchmarked(self, unit: Unit | None) -> bool:
+        """Whether `unit` (None: the untrained base) runs the outside benchmarks."""
+        return (unit.variant if unit is not None else "base") in self.benchmarks.targets
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AblationPlan:
-        return cls(**{**data, "eval": EvalBudget(**data["eval"])})
+        """The plan `to_dict` wrote, its types checked (a plan.json older than benchmarks gets none);
+        a bad field is a ValueError naming it."""
+        from pydantic import TypeAdapter, ValidationError
 
+        from mapo.validation import describe_validation_error
 
-def quick_plan() -> AblationPlan:
-    """Minutes, not hours: two estimators, two seeds, two steps of tiny rollouts, a short eval."""
-    return AblationPlan(
-        variants=["mapo-idr", "grpo-idr"],
-        seeds=[0, 1],
-        steps=2,
-        train=list(QUICK_TRAIN),
-        eval=EvalBudget(limit=4, max_turns=13, max_new_tokens=24),
-    )
+        try:
+            return TypeAdapter(cls).validate_python(data)
+        except ValidationError as err:
+            raise ValueError(f"ablation plan: {describe_validation_error(err)}") from None
 
 
 @dataclass(frozen=True)
@@ -170,21 +222,108 @@ def unit_overrides(plan: AblationPlan, unit: Unit, threads: int | None, extra: S
     ]
 
 
+def quick_plan() -> AblationPlan:
+    """Minutes, not hours: two estimators, two seeds, two steps of tiny rollouts, a short eval."""
+    return AblationPlan(
+        variants=["mapo-idr", "grpo-idr"],
+        seeds=[0, 1],
+        steps=2,
+        train=list(QUICK_TRAIN),
+        eval=EvalBudget(limit=4, max_turns=13, max_new_tokens=24),
+        name="quick",
+    )
+
+
+# The learning study (issue #18): long dialogues, whole replies (the default run's 96 tokens and
+# 3 sentences, at most 20 % cut), 5 seeds, the same rollout budget for every variant. The batch
+# size and steps are provisional until sized by measurement (docs/results.md).
+STUDY_TRAIN = (
+    "rollout.scenarios_per_step=2",
+    "rollout.samples_per_scenario=4",
+    "rollout.max_turns=6",
+    "rollout.max_new_tokens=96",
+    "rollout.max_sentences=3",
+    "optim.micro_batch_tokens=1024",
+    "checkpoint_every=2",
+    "transcripts_every=4",
+)
+STUDY_BENCH_DATA = "../shared/data"  # where this project's checkouts keep the authors' files (--bench-data)
+
+
+def study_plan() -> AblationPlan:
+    """MAPO against GRPO, turn-only and batch-only on IDR, 5 seeds, 6-turn training dialogues;
+    held-out eval on the 12 test cards x 2 dialogues at 13 turns; EQ-Bench v2 and EmoBench on
+    the base, GRPO and MAPO."""
+    return AblationPlan(
+        variants=["mapo-idr", "grpo-idr", "turn-idr", "batch-idr"],
+        seeds=[0, 1, 2, 3, 4],
+        steps=12,
+        train=list(STUDY_TRAIN),
+        eval=EvalBudget(scenarios="test", samples=2, max_turns=13, max_new_tokens=96, max_sentences=3),
+        benchmarks=BenchmarkBudget(targets=["base", "grpo-idr", "mapo-idr"], data=STUDY_BENCH_DATA, limit=20),
+        name="study",
+    )
+
+
+# Named plans for `mapo ablate --plan NAME`: a factory returning a fresh AblationPlan. Plug-ins:
+# `PLANS.add`, an entry point of group "mapo.ablation_plans", or a "package.module:factory" path.
+PLANS: Registry[Callable[[], AblationPlan]] = Registry("ablation plan", group="mapo.ablation_plans")
+PLANS.add("default", AblationPlan)
+PLANS.add("quick", quick_plan)
+PLANS.add("study", study_plan)
+
+
+PLAN_SECTIONS = ("eval", "benchmarks")  # `--set eval.samples=1`, `--set benchmarks.limit=10` change the plan
+
+
+def _set_plan_field(data: dict[str, Any], assignment: str) -> None:
+    """Apply `section.field=value` (value as YAML) to a plan's dict; an unknown field is named."""
+    import yaml
+
+    key, _, text = assignment.partition("=")
+    section, _, name = key.strip().partition(".")
+    if name not in data[section]:
+        raise ValueError(f"--set {key}: the plan's {section} has no field {name!r}; "
+                         f"its fields: {', '.join(data[section])}")
+    try:
+        data[section][name] = yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError as err:
+        raise ValueError(f"--set {key}: the value {text!r} is not valid YAML ({err})") from None
+
+
 def plan_for(
-    quick: bool = False,
+    name: str = "default",
     variants: Sequence[str] | None = None,
     seeds: int | None = None,
     steps: int | None = None,
     overrides: Sequence[str] = (),
+    bench_data: str | None = None,
 ) -> AblationPlan:
-    """`mapo ablate`'s plan from its options: the default (or quick) plan with the variants,
-    the number of seeds (0..N-1), the steps and extra training overrides changed."""
-    plan = quick_plan() if quick else AblationPlan()
+    """`mapo ablate`'s plan from its options: the named plan (PLANS) with the variants, the number
+    of seeds (0..N-1), the steps and the benchmark data folder changed; `overrides` starting with
+    "eval." or "benchmarks." set the plan's fields, the others are training settings for every run.
+
+    The benchmark folder is made absolute here, so plan.json names it wherever a resume runs."""
+    made = PLANS.resolve(name)()
+    if not isinstance(made, AblationPlan):
+        raise ValueError(f"ablation plan {name!r} made a {type(made).__name__}, not an AblationPlan")
+    data = made.to_dict()
+    data["name"] = name
     if variants:
-        plan = dataclasses.replace(plan, variants=list(variants))
+        data["variants"] = list(variants)
+        # a variant left out is not benchmarked either
+        data["benchmarks"]["targets"] = [t for t in data["benchmarks"]["targets"] if t == "base" or t in variants]
     if seeds is not None:
-        plan = dataclasses.replace(plan, seeds=list(range(seeds)))
+        data["seeds"] = list(range(seeds))
     if steps is not None:
-        plan = dataclasses.replace(plan, steps=steps)
-    plan.train = [*plan.train, *overrides]
-    return plan
+        data["steps"] = steps
+    for assignment in overrides:
+        if assignment.partition(".")[0].strip() in PLAN_SECTIONS and "." in assignment.partition("=")[0]:
+            _set_plan_field(data, assignment)
+        else:
+            data["train"].append(assignment)
+    if bench_data is not None:
+        data["benchmarks"]["data"] = bench_data
+    if data["benchmarks"]["data"]:
+        data["benchmarks"]["data"] = str(Path(data["benchmarks"]["data"]).expanduser().resolve())
+    return AblationPlan.from_dict(data)

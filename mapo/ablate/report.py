@@ -1,18 +1,23 @@
-"""The ablation's outputs: ablation.{json,md,html} tables and curves.png, from whatever units have finished."""
+"""The ablation's outputs, from whatever units have finished: ablation.md and ablation.html (the
+tables: mean ± std per variant, the differences to mapo-idr with 95 % intervals paired by seed and
+by dialogue, the reward-hacking monitor, the outside benchmarks, training; transcript excerpts;
+the curves), ablation.json (every figure behind them) and curves.png."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from mapo.ablate.plan import VARIANTS, AblationPlan, Unit
-from mapo.ablate.state import eval_dir, read_eval, run_dir
+from mapo.ablate.benchmarks import BENCH_METRICS, read_bench_metrics
+from mapo.ablate.curves import curves, plot_curves
+from mapo.ablate.excerpts import EXCERPT_TURNS, excerpt_tables, pick_dialogues, shown_policies
+from mapo.ablate.plan import AblationPlan
+from mapo.ablate.state import eval_dir, read_eval, read_transcripts, run_metrics
 from mapo.ablate.stats import (
+    HACKING_METRICS,
     METRICS,
     PAIRED_REFERENCE,
     TRAINING_METRICS,
@@ -23,168 +28,142 @@ from mapo.ablate.stats import (
     paired_rows,
     training_metrics,
 )
+from mapo.ablate.tables import Table, dialogue_table, paired_table, summary_table
+
+PAIRED_TRAINING = tuple((k, t) for k, t in TRAINING_METRICS if k in ("reward_last", "reward_flatness", "truncated_pct"))
+SECONDS = (("train_seconds", "training (sum of step times)"), ("eval_seconds", "held-out eval"),
+           ("bench_seconds", "benchmarks"))  # what sizing the plan to a time budget needs
 
 
-def paired_dialogue_markdown(rows: Sequence[dict[str, Any]], reference: str = PAIRED_REFERENCE) -> str:
-    def cell(stat: dict[str, Any], digits: int) -> list[str]:
-        if stat["mean"] is None:
-            return ["–", "–", "–"]
-        sem = "" if stat["sem"] is None else f" ± {stat['sem']:.{digits}f}"
-        t = "–" if stat["t"] is None else f"{stat['t']:+.1f}"
-        return [f"{stat['mean']:+.{digits}f}{sem}", t, f"{stat['worse']:.0%}"]
+@dataclasses.dataclass
+class Measured:
+    """What the ablation folder holds so far, keyed by "base" or a unit's name."""
 
-    lines = [f"| variant | dialogues | return − {reference} (± s.e.) | t | worse | EPM-Q − {reference} (± s.e.) | t | worse |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for row in rows:
-        cells = [row["variant"], str(row["return"]["n"]), *cell(row["return"], 2), *cell(row["epmq"], 1)]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    evals: dict[str, dict[str, float | None]]
+    dialogues: dict[str, dict[str, dict[str, float | None]]]
+    transcripts: dict[str, list[dict[str, Any]]]
+    benchmarks: dict[str, dict[str, float | None]]
+    training: dict[str, dict[str, float | None]]
+    seconds: dict[str, dict[str, float | None]]  # wall time per unit: training, eval, benchmarks
 
-
-def format_cell(stats: dict[str, Any]) -> str:
-    if stats["mean"] is None:
-        return "–"
-    digits = 1 if abs(stats["mean"]) >= 10 else 3
-    text = f"{stats['mean']:.{digits}f}"
-    return text if stats["std"] is None else f"{text} ± {stats['std']:.{digits}f}"
+    def per_unit(self) -> dict[str, dict[str, float | None]]:
+        """Every figure of each unit in one mapping (what the by-seed pairing reads)."""
+        names = {*self.evals, *self.benchmarks, *self.training}
+        return {n: {**self.evals.get(n, {}), **self.benchmarks.get(n, {}), **self.training.get(n, {})} for n in names}
 
 
-def to_markdown(rows: Sequence[dict[str, Any]], metrics: Sequence[tuple[str, str]] = METRICS) -> str:
-    header = ["variant", "seeds", *(title for _, title in metrics)]
-    lines = ["| " + " | ".join(header) + " |", "|---|---:|" + "---:|" * len(metrics)]
-    for row in rows:
-        seeds = "–" if row["variant"] == "base" else str(len(row["seeds"]))
-        cells = [row["variant"], seeds, *(format_cell(row["metrics"][k]) for k, _ in metrics)]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def run_metrics(out: Path, plan: AblationPlan) -> dict[Unit, list[dict[str, Any]]]:
-    """Each started unit's metrics.jsonl rows, in step order."""
-    from mapo.run_folder import RunFolder
-
-    return {
-        unit: sorted(RunFolder(run_dir(out, unit)).read_metrics(), key=lambda m: m["step"])
-        for unit in plan.units()
-        if run_dir(out, unit).is_dir()
-    }
-
-
-def curves(out: Path, plan: AblationPlan) -> dict[str, dict[str, list[list[float]]]]:
-    """{variant: {metric: [per-seed series]}} of reward_mean and grad_norm (pre-clip) per step."""
-    found: dict[str, dict[str, list[list[float]]]] = {}
-    for unit, rows in run_metrics(out, plan).items():
-        entry = found.setdefault(unit.variant, {"reward_mean": [], "grad_norm": []})
-        for key in entry:
-            entry[key].append([float(m.get(key, float("nan"))) for m in rows])
-    return found
-
-
-def plot_curves(series: dict[str, dict[str, list[list[float]]]], path: Path) -> Path | None:
-    """One figure, two panels: mean reward and pre-clip gradient norm per step, mean ± std over seeds."""
-    if not series:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    figure, panels = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
-    titles = {"reward_mean": "mean per-turn reward", "grad_norm": "gradient norm before clipping"}
-    # ADR rewards (distances) are an order of magnitude larger than IDR's: their own axis, dashed
-    absolute = {v for v in series if "reward.kind=adr" in VARIANTS.resolve(v).overrides}
-    right = panels[0].twinx() if absolute else None
-    handles = []
-    for axes_left, key in zip(panels, ("reward_mean", "grad_norm")):
-        for index, (variant, metrics) in enumerate(series.items()):
-            runs = [r for r in metrics[key] if r]
-            if not runs:
-                continue
-            axes = right if key == "reward_mean" and variant in absolute else axes_left
-            width = min(len(r) for r in runs)
-            stack = np.asarray([r[:width] for r in runs])
-            steps = np.arange(1, width + 1)
-            mean = np.nanmean(stack, axis=0)
-            style = "--" if variant in absolute else "-"
-            (line,) = axes.plot(steps, mean, style, color=f"C{index}", marker="o", markersize=3,
-                                label=f"{variant} (n={len(runs)})")
-            if key == "reward_mean":
-                handles.append(line)
-            if len(runs) > 1:
-                std = np.nanstd(stack, axis=0, ddof=1)
-                axes.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.15)
-        axes_left.set_title(titles[key])
-        axes_left.set_xlabel("training step")
-        axes_left.xaxis.set_major_locator(MaxNLocator(integer=True))
-        axes_left.grid(alpha=0.3)
-    if right is not None:
-        panels[0].set_ylabel("IDR (solid)")
-        right.set_ylabel("ADR (dashed)")
-    panels[0].legend(handles=handles, fontsize=8)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
-
-
-def _html_table(rows: Sequence[dict[str, Any]], metrics: Sequence[tuple[str, str]]) -> str:
-    from mapo.evaluate.html import esc
-
-    head = "".join(f"<th>{esc(h)}</th>" for h in ["variant", "seeds", *(t for _, t in metrics)])
-    body = "".join(
-        "<tr>" + f"<td>{esc(r['variant'])}</td><td class='num'>{len(r['seeds']) or '–'}</td>"
-        + "".join(f"<td class='num'>{esc(format_cell(r['metrics'][k]))}</td>" for k, _ in metrics) + "</tr>"
-        for r in rows
-    )
-    return f"<table><tr>{head}</tr>{body}</table>"
-
-
-def write_outputs(out: Path, plan: AblationPlan) -> Path:
-    """ablation.{json,md,html} and curves.png from whatever units have finished."""
-    import base64
-
-    from mapo.evaluate.html import esc, page
-
-    per_unit: dict[str, dict[str, float | None]] = {}
-    per_dialogue: dict[str, dict[str, dict[str, float | None]]] = {}
+def measure(out: Path, plan: AblationPlan) -> Measured:
+    found = Measured({}, {}, {}, {}, {}, {})
     for name in ["base", *(u.name for u in plan.units())]:
         result = read_eval(eval_dir(out, name))
         if result is not None:
-            per_unit[name] = eval_metrics(result)
-            per_dialogue[name] = dialogue_metrics(result)
-    training = {unit.name: training_metrics(rows) for unit, rows in run_metrics(out, plan).items() if rows}
-    paired = PAIRED_REFERENCE in plan.variants
-    by_dialogue = paired_dialogue_rows(per_dialogue, plan) if paired else []
-    tables = [  # (title, rows, metrics)
-        ("Held-out evaluation: mean ± sample std over seeds", aggregate_rows(per_unit, plan), METRICS),
-        *([(f"Paired with {PAIRED_REFERENCE}: variant minus {PAIRED_REFERENCE} at the same seed, mean ± std",
-            paired_rows(per_unit, plan), METRICS)] if paired else []),
-        ("Training: per-step reward and pre-clip gradient norm from metrics.jsonl, mean ± std over seeds",
-         aggregate_rows(training, plan, TRAINING_METRICS), TRAINING_METRICS),
+            found.transcripts[name] = read_transcripts(eval_dir(out, name))
+            found.evals[name] = eval_metrics(result)
+            found.dialogues[name] = dialogue_metrics(result, found.transcripts[name])
+            found.seconds.setdefault(name, {})["eval_seconds"] = result["config"].get("seconds")
+        bench = read_bench_metrics(out, name, plan.benchmarks) if plan.benchmarks.targets else None
+        if bench is not None:
+            found.seconds.setdefault(name, {})["bench_seconds"] = bench.pop("bench_seconds")
+            found.benchmarks[name] = bench
+    for unit, rows in run_metrics(out, plan).items():
+        if rows:
+            found.training[unit.name] = training_metrics(rows)
+            found.seconds.setdefault(unit.name, {})["train_seconds"] = sum(float(m.get("step_time", 0.0)) for m in rows)
+    return found
+
+
+def build_tables(plan: AblationPlan, measured: Measured) -> list[Table]:
+    """The report's tables in reading order (the excerpts apart)."""
+    ref = PAIRED_REFERENCE
+    benched = [v for v in plan.variants if v in plan.benchmarks.targets]
+    tables = [
+        summary_table("Held-out evaluation: mean ± sample std over seeds", aggregate_rows(measured.evals, plan), METRICS),
+        summary_table("Reward-hacking monitor on the held-out replies: mean ± sample std over seeds",
+                      aggregate_rows(measured.evals, plan, HACKING_METRICS), HACKING_METRICS),
     ]
-    missing = [u.name for u in plan.units() if u.name not in per_unit]
-    (out / "ablation.json").write_text(
-        json.dumps({"plan": plan.to_dict(), "rows": tables[0][1], "units": per_unit, "training": training,
-                    "tables": {title: rows for title, rows, _ in tables}, "paired_by_dialogue": by_dialogue,
-                    "missing": missing}, indent=2) + "\n",
-        encoding="utf-8",
-    )
-    markdown = "\n".join(f"### {title}\n\n{to_markdown(rows, metrics)}" for title, rows, metrics in tables)
-    dialogue_title = f"Paired by held-out dialogue: variant minus {PAIRED_REFERENCE} on the same scenario at the same seed"
-    if by_dialogue:
-        markdown += f"\n### {dialogue_title}\n\n{paired_dialogue_markdown(by_dialogue)}"
-    (out / "ablation.md").write_text(markdown, encoding="utf-8")
+    if measured.benchmarks:
+        rows = aggregate_rows(measured.benchmarks, plan, BENCH_METRICS, benched)
+        tables.append(summary_table(f"Outside benchmarks (greedy; first {plan.benchmarks.limit or 'all'} items of each): "
+                                    "mean ± sample std over seeds", rows, BENCH_METRICS))
+    tables.append(summary_table(
+        "Training (metrics.jsonl): mean ± sample std over seeds",
+        aggregate_rows(measured.training, plan, TRAINING_METRICS), TRAINING_METRICS,
+        "last 3 − previous 3: the mean per-turn training reward of the last 3 steps minus that of the 3 before "
+        "(near 0 once training has flattened; – under 6 steps). Replies cut: the share of training replies that hit "
+        "the token cap (a long-horizon budget keeps it under 20 %)."))
+    tables.append(summary_table("Wall time per run on this machine (s): mean ± sample std over seeds",
+                                aggregate_rows(measured.seconds, plan, SECONDS), SECONDS))
+    if ref not in plan.variants:
+        return tables
+    per_unit = measured.per_unit()
+    everyone = {"base", *plan.variants}
+    by_seed = [  # (title, metrics, the variants that have them)
+        (f"Paired by seed with {ref}: held-out evaluation", METRICS, everyone),
+        (f"Paired by seed with {ref}: reward-hacking monitor", HACKING_METRICS, everyone),
+        *([(f"Paired by seed with {ref}: outside benchmarks", BENCH_METRICS, {"base", *benched})]
+          if measured.benchmarks and ref in benched else []),
+        (f"Paired by seed with {ref}: training", PAIRED_TRAINING, set(plan.variants)),
+    ]
+    for title, metrics, having in by_seed:
+        rows = [r for r in paired_rows(per_unit, plan, metrics=metrics) if r["variant"] in having]
+        tables.append(paired_table(title, rows, metrics))
+    for title, metrics in ((f"Paired by held-out dialogue with {ref}: held-out evaluation", METRICS),
+                           (f"Paired by held-out dialogue with {ref}: reward-hacking monitor (per dialogue)",
+                            HACKING_METRICS)):
+        tables.append(dialogue_table(title, paired_dialogue_rows(measured.dialogues, plan, metrics=metrics), metrics))
+    return tables
+
+
+def _plan_line(plan: AblationPlan) -> str:
+    line = (f"{plan.name} plan: {len(plan.variants)} variants x seeds {plan.seeds}, {plan.steps} steps per run; "
+            f"training settings: {', '.join(plan.train)}; held-out eval: {json.dumps(dataclasses.asdict(plan.eval))}")
+    if plan.benchmarks.targets:
+        line += f"; benchmarks: {json.dumps(dataclasses.asdict(plan.benchmarks))}"
+    return line
+
+
+def write_outputs(out: Path, plan: AblationPlan) -> Path:
+    """ablation.{json,md,html} and curves.png from whatever units have finished; returns ablation.md."""
+    from mapo.evaluate.html import esc, page
+
+    measured = measure(out, plan)
+    tables = build_tables(plan, measured)
+    picked = pick_dialogues(measured.dialogues, plan)
+    excerpts = excerpt_tables(picked, measured.transcripts, plan)
+    missing = [u.name for u in plan.units() if u.name not in measured.evals]
     png = plot_curves(curves(out, plan), out / "curves.png")
+    (out / "ablation.json").write_text(json.dumps({
+        "plan": plan.to_dict(),
+        "rows": tables[0].data,
+        "units": measured.evals,
+        "benchmarks": measured.benchmarks,
+        "training": measured.training,
+        "seconds": measured.seconds,
+        "tables": {t.title: t.data for t in tables},
+        "excerpts": [t.data[0] for t in excerpts],
+        "missing": missing,
+    }, indent=2) + "\n", encoding="utf-8")
+
+    excerpt_intro = (f"The first {EXCERPT_TURNS} turns of held-out dialogues as {', '.join(shown_policies(plan))} played "
+                     f"them (the simulated user answers each policy, so the user turns differ after the first). Picked by "
+                     f"rule: among dialogues all of them have, the largest and the smallest EPM-Q gain of "
+                     f"{PAIRED_REFERENCE} (first seed) over the base.")
+    note = f"Not finished: {', '.join(missing)}" if missing else ""
+    markdown = [f"## Ablation\n\n{_plan_line(plan)}\n", *([f"{note}\n"] if note else []), *(t.markdown() for t in tables)]
+    if excerpts:
+        markdown += [f"### Excerpts\n\n{excerpt_intro}\n", *(t.markdown().replace("### ", "#### ", 1) for t in excerpts)]
+    if png is not None:
+        markdown.append("### Training curves\n\n![reward and gradient norm per step](curves.png)\n")
+    (out / "ablation.md").write_text("\n".join(markdown), encoding="utf-8")
+
     image = ""
     if png is not None:
         encoded = base64.b64encode(png.read_bytes()).decode("ascii")
         image = f"<h2>Training curves</h2><img alt='reward and gradient norm per step' src='data:image/png;base64,{encoded}'>"
-    note = f"<p class='meta'>Not finished: {esc(', '.join(missing))}</p>" if missing else ""
-    budget = (f"{plan.steps} steps per run; seeds {plan.seeds}; training settings: {', '.join(plan.train)}; "
-              f"held-out eval: {json.dumps(dataclasses.asdict(plan.eval))}")
-    sections = "".join(f"<h2>{esc(title)}</h2>{_html_table(rows, metrics)}" for title, rows, metrics in tables)
-    if by_dialogue:
-        sections += f"<h2>{esc(dialogue_title)}</h2><pre>{esc(paired_dialogue_markdown(by_dialogue))}</pre>"
-    html = page("mapo ablate", f"<h1>Ablation</h1><p class='meta'>{esc(budget)}</p>{note}{sections}{image}")
-    (out / "ablation.html").write_text(html, encoding="utf-8")
+    sections = "".join(t.html() for t in tables)
+    if excerpts:
+        sections += f"<h2>Excerpts</h2><p class='meta'>{esc(excerpt_intro)}</p>" + "".join(
+            t.html().replace("<h2>", "<h3>", 1).replace("</h2>", "</h3>", 1) for t in excerpts)
+    meta = f"<p class='meta'>{esc(_plan_line(plan))}</p>" + (f"<p class='meta'>{esc(note)}</p>" if note else "")
+    (out / "ablation.html").write_text(page("mapo ablate", f"<h1>Ablation</h1>{meta}{sections}{image}"), encoding="utf-8")
     return out / "ablation.md"

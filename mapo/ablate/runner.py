@@ -1,7 +1,7 @@
-"""Running an ablation: one unit (train or resume, then evaluate), the untrained base, and the
-process pool that runs the units `jobs` at a time. A finished unit (final/ written and
-eval.json readable) is skipped on a rerun; a run killed mid-way continues from its latest
-checkpoint through the trainer's resume."""
+"""Running an ablation: one unit (train or resume, evaluate, benchmark), the untrained base, and
+the process pool that runs the units `jobs` at a time. A finished unit (final/ written, eval.json
+readable, its benchmarks' results complete) is skipped on a rerun; a run killed mid-way continues
+from its latest checkpoint through the trainer's resume; a unit missing only benchmarks runs them."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from mapo.ablate.benchmarks import load_items, pending, run_benchmarks
 from mapo.ablate.plan import AblationPlan, EvalBudget, Unit, unit_overrides
 from mapo.ablate.report import write_outputs
 from mapo.ablate.state import check_plan, eval_dir, read_eval, run_dir, training_state
@@ -25,56 +26,64 @@ def eval_spec(budget: EvalBudget, system_prompt: str | None = None) -> Any:
 
 def run_unit(out: Path, plan: AblationPlan, unit: Unit | None, threads: int | None,
              extra: Sequence[str] = (), show_progress: bool = True) -> str:
-    """Train (or resume) and evaluate one unit; `unit=None` evaluates the untrained base.
+    """Train (or resume), evaluate and benchmark one unit, doing only what is not done yet;
+    `unit=None` is the untrained base (evaluated and benchmarked).
 
-    Returns what was done: "skipped", or "trained+evaluated" / "resumed+evaluated" / "evaluated".
+    Returns what was done: "skipped", or its steps joined by "+" ("trained+evaluated+benchmarked",
+    "resumed+evaluated", "evaluated", "benchmarked", ...). Training now makes the eval and the
+    benchmarks of an earlier final policy stale: they are run again.
     """
-    from mapo.evaluate.checkpoints import load_eval_policy
-    from mapo.evaluate.runner import run_eval
+    from mapo.config import load_config
     from mapo.runtime import configure_threads
     from mapo.trainer import train
 
     configure_threads(threads)
-    if unit is None:
-        target = eval_dir(out, "base")
-        if read_eval(target) is not None:
-            return "skipped"
-        from mapo.config import load_config
-
-        config = load_config(None, [*plan.train, *extra])
-        if config.policy.lora.enabled:  # the base is the model the adapters start from
-            config.policy.lora.enabled = False
-        policy = _base_policy(config)
-        run_eval(policy, eval_spec(plan.eval, config.rollout.system_prompt), target, "base")
-        return "evaluated"
-    path = run_dir(out, unit)
-    state = training_state(path, plan.steps)
-    target = eval_dir(out, unit.name)
-    if state == "done" and read_eval(target) is not None:
+    name = unit.name if unit is not None else "base"
+    state = "done" if unit is None else training_state(run_dir(out, unit), plan.steps)
+    benchmarks = list(plan.benchmarks.names) if state != "done" else pending(out, name, plan.benchmarks)
+    benchmarks = benchmarks if plan.benchmarked(unit) else []
+    evaluate = state != "done" or read_eval(eval_dir(out, name)) is None
+    if not evaluate and not benchmarks:
         return "skipped"
-    did = "evaluated"
-    if state == "new":
-        from mapo.config import load_config
+    did = []
+    if unit is not None and state == "new":
+        train(load_config(None, unit_overrides(plan, unit, threads, extra)), output=run_dir(out, unit),
+              show_progress=show_progress)
+        did.append("trained")
+    elif unit is not None and state == "partial":
+        train(resume=run_dir(out, unit), overrides=[f"steps={plan.steps}"], show_progress=show_progress)
+        did.append("resumed")
+    policy, system_prompt = _policy_to_test(out, plan, unit, extra)
+    if evaluate:
+        from mapo.evaluate.runner import run_eval
 
-        train(load_config(None, unit_overrides(plan, unit, threads, extra)), output=path, show_progress=show_progress)
-        did = "trained+evaluated"
-    elif state == "partial":
-        train(resume=path, overrides=[f"steps={plan.steps}"], show_progress=show_progress)
-        did = "resumed+evaluated"
+        run_eval(policy, eval_spec(plan.eval, system_prompt), eval_dir(out, name), name)
+        did.append("evaluated")
+    if benchmarks:
+        run_benchmarks(policy, name, out, name, plan.benchmarks, benchmarks)
+        did.append("benchmarked")
+    return "+".join(did)
+
+
+def _policy_to_test(out: Path, plan: AblationPlan, unit: Unit | None, extra: Sequence[str]) -> tuple[Any, str | None]:
+    """(policy in eval mode, the system prompt it was trained with): the unit's final policy, or
+    for `unit=None` the base the plan's runs start from (without LoRA adapters)."""
     from mapo.config import load_config
 
-    trained = load_config(path / "config.yaml")
-    policy, _ = load_eval_policy(str(path))
-    run_eval(policy, eval_spec(plan.eval, trained.rollout.system_prompt), target, unit.name)
-    return did
+    if unit is not None:
+        from mapo.evaluate.checkpoints import load_eval_policy
 
-
-def _base_policy(config: Any) -> Any:
+        path = run_dir(out, unit)
+        policy, _ = load_eval_policy(str(path))
+        return policy, load_config(path / "config.yaml").rollout.system_prompt
     from mapo.policy import load_policy
 
+    config = load_config(None, [*plan.train, *extra])
+    if config.policy.lora.enabled:  # the base is the model the adapters start from
+        config.policy.lora.enabled = False
     policy = load_policy(config.policy, seed=config.seed)
     policy.model.eval()
-    return policy
+    return policy, config.rollout.system_prompt
 
 
 def _unit_job(out: str, plan: dict[str, Any], unit: tuple[str, int] | None, threads: int,
@@ -110,10 +119,18 @@ def run_ablation(
     out = Path(out)
     if jobs < 1:
         raise ValueError(f"--jobs must be at least 1, got {jobs}")
-    check_plan(out, plan)
     from mapo.config import load_config
 
-    load_config(None, [*plan.train, *extra])  # a bad setting fails before any process starts
+    load_config(None, [*plan.train, *extra])  # a bad setting fails before anything is written
+    if plan.benchmarks.targets:  # so does a missing or broken benchmark file
+        from mapo.evaluate.bench import BenchmarkDataError
+
+        for benchmark in plan.benchmarks.names:
+            try:
+                load_items(plan.benchmarks, benchmark)
+            except BenchmarkDataError as err:
+                raise BenchmarkDataError(f"{err} (the plan's benchmarks.data: set it with --bench-data FOLDER)") from None
+    check_plan(out, plan)
     todo: list[Unit | None] = [None, *plan.units()]
     report = on_done or (lambda name, did: None)
     if jobs == 1:

@@ -5,12 +5,14 @@ and the plan.json that makes a rerun resume the same plan.
     <out>/runs/<variant>-s<seed>/     a training run (mapo.trainer), resumable
     <out>/evals/<variant>-s<seed>/    mapo eval of that run's final policy on held-out scenarios
     <out>/evals/base/                 the untrained base policy, same eval
+    <out>/evals/<unit>/bench/<name>/  the outside benchmark <name> on that policy (mapo bench's results folder)
     <out>/logs/<unit>.log             a unit's output when run in a worker process
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,20 +40,69 @@ def training_state(path: Path, steps: int) -> str:
     return "partial"
 
 
-def read_eval(folder: Path) -> dict[str, Any] | None:
-    """The eval.json in `folder`, or None when missing or cut short."""
+def bench_dir(out: Path, name: str, benchmark: str) -> Path:
+    return eval_dir(out, name) / "bench" / benchmark
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((folder / "eval.json").read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
         return None
+
+
+def _json_lines(path: Path) -> list[dict[str, Any]] | None:
+    """The records of a .jsonl file we wrote (None when missing); a line cut short is left out."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    records = []
+    for line in text.splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def _complete(summary_file: Path, lines_file: Path, expected: Callable[[dict[str, Any]], Any]) -> dict[str, Any] | None:
+    """`summary_file`'s data when `lines_file` (written after it) holds the `expected(data)` records."""
+    data = _read_json(summary_file)
+    records = _json_lines(lines_file)
+    if not isinstance(data, dict) or records is None:
+        return None
+    try:
+        return data if len(records) == expected(data) else None
+    except (KeyError, TypeError):
+        return None
+
+
+def read_eval(folder: Path) -> dict[str, Any] | None:
+    """The eval.json in `folder`, or None: missing, cut short, or its transcripts.jsonl (written
+    after it) does not hold every dialogue."""
+    return _complete(folder / "eval.json", folder / "transcripts.jsonl", lambda d: d["summary"]["dialogues"])
+
+
+def read_transcripts(folder: Path) -> list[dict[str, Any]]:
+    """An eval's dialogues (transcripts.jsonl), [] when it has none."""
+    return _json_lines(folder / "transcripts.jsonl") or []
+
+
+def read_bench(folder: Path) -> dict[str, Any] | None:
+    """A finished benchmark's results.json, or None: missing, cut short, or its predictions.jsonl
+    (written after it) does not hold every item."""
+    return _complete(folder / "results.json", folder / "predictions.jsonl", lambda d: d["config"]["items"])
 
 
 def check_plan(out: Path, plan: AblationPlan) -> None:
     """Write plan.json, or make sure the folder's existing plan is this one (a rerun resumes it)."""
     path = out / "plan.json"
     if path.is_file():
-        saved = json.loads(path.read_text(encoding="utf-8"))
-        if saved != json.loads(json.dumps(plan.to_dict())):
+        # compared as plans, not text (a plan.json from before a field existed holds its default),
+        # and without the name, a label: the same settings are the same plan
+        saved = {**read_plan(out).to_dict(), "name": plan.name}
+        if saved != plan.to_dict():
             raise ValueError(
                 f"{out} holds an ablation with a different plan ({path}); rerun with the same options "
                 "to resume it, or choose a new --output"
@@ -68,5 +119,16 @@ def read_plan(out: Path) -> AblationPlan:
         return AblationPlan.from_dict(json.loads(path.read_text(encoding="utf-8")))
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}: not valid JSON ({err})") from None
-    except (KeyError, TypeError) as err:
-        raise ValueError(f"{path}: not an ablation plan ({type(err).__name__}: {err})") from None
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"{path}: not an ablation plan ({err})") from None
+
+
+def run_metrics(out: Path, plan: AblationPlan) -> dict[Unit, list[dict[str, Any]]]:
+    """Each started unit's metrics.jsonl rows, in step order."""
+    from mapo.run_folder import RunFolder
+
+    return {
+        unit: sorted(RunFolder(run_dir(out, unit)).read_metrics(), key=lambda m: m["step"])
+        for unit in plan.units()
+        if run_dir(out, unit).is_dir()
+    }

@@ -1,16 +1,20 @@
-"""The ablation's statistics: each run's and evaluation's figures, mean and sample std over
-seeds, and the paired differences to the reference variant (per seed and per dialogue)."""
+"""The ablation's statistics: each run's, evaluation's and held-out dialogue's figures, mean and
+sample std over seeds, and every metric's difference to the reference variant with a 95 %
+confidence interval, paired by seed (t interval over seeds) and by held-out dialogue (the same
+scenario and sample at the same seed; two-stage cluster bootstrap, `mapo.ablate.intervals`)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
+from mapo.ablate.intervals import cluster_bootstrap, t_interval
 from mapo.ablate.plan import AblationPlan, Unit
-
+from mapo.degeneracy import dialogue_hacking_metrics
+from mapo.evaluate.empa import HACKING_HIGHER_IS_BETTER, HACKING_LABELS
 
 METRICS = (  # (key, column header): held-out evaluation metrics in the table
     ("pass_rate", "pass rate (%)"),
@@ -18,29 +22,43 @@ METRICS = (  # (key, column header): held-out evaluation metrics in the table
     ("return", "mean return (IDR)"),
     ("alignment", "alignment to v*_0"),
 )
+HACKING_METRICS = tuple(  # the reward-hacking monitor over the held-out replies (mapo.degeneracy)
+    (key, f"{label} ({'higher' if key in HACKING_HIGHER_IS_BETTER else 'lower'} is better)")
+    for key, label in HACKING_LABELS.items()
+)
+DIALOGUE_METRICS = METRICS + HACKING_METRICS  # what one held-out dialogue has
 TRAINING_METRICS = (  # (key, column header): from each run's metrics.jsonl
     ("reward_first", "train reward, first 3 steps"),
     ("reward_last", "train reward, last 3 steps"),
+    ("reward_flatness", "last 3 − previous 3 steps"),
+    ("truncated_pct", "replies cut at the token cap (%)"),
     ("grad_norm_median", "grad norm, median step"),
     ("grad_norm_max", "grad norm, largest step"),
     ("grad_norm_peak_ratio", "largest / median"),
 )
+LOWER_IS_BETTER = frozenset(HACKING_LABELS) - HACKING_HIGHER_IS_BETTER | {"truncated_pct"}
 PAIRED_REFERENCE = "mapo-idr"
 
 
 def training_metrics(rows: Sequence[dict[str, Any]]) -> dict[str, float | None]:
-    """Reward at the start and end of a run and the spread of its pre-clip gradient norms.
+    """Reward at the start and end of a run, how flat its end is, the share of replies cut at the
+    token cap, and the spread of its pre-clip gradient norms.
 
-    A step's norm is its largest over optimizer steps (`grad_norm_max`), so a peak inside a
-    step is not averaged away; largest / median measures how spiky the run's gradients were.
+    Flatness is the mean reward of the last 3 steps minus that of the 3 before (None under 6
+    steps): near 0 once training has stopped gaining. A step's norm is its largest over optimizer
+    steps (`grad_norm_max`), so a peak inside a step is not averaged away; largest / median
+    measures how spiky the run's gradients were.
     """
     rewards = [float(m["reward_mean"]) for m in rows]
     norms = [float(m.get("grad_norm_max", m.get("grad_norm", float("nan")))) for m in rows]
     norms = [n for n in norms if math.isfinite(n)]
+    cut = [float(m["truncated_fraction"]) for m in rows if "truncated_fraction" in m]
     median = float(np.median(norms)) if norms else None
     return {
         "reward_first": float(np.mean(rewards[:3])) if rewards else None,
         "reward_last": float(np.mean(rewards[-3:])) if rewards else None,
+        "reward_flatness": float(np.mean(rewards[-3:]) - np.mean(rewards[-6:-3])) if len(rewards) >= 6 else None,
+        "truncated_pct": 100.0 * float(np.mean(cut)) if cut else None,
         "grad_norm_median": median,
         "grad_norm_max": max(norms) if norms else None,
         "grad_norm_peak_ratio": max(norms) / median if norms and median else None,
@@ -48,7 +66,8 @@ def training_metrics(rows: Sequence[dict[str, Any]]) -> dict[str, float | None]:
 
 
 def eval_metrics(result: dict[str, Any]) -> dict[str, float | None]:
-    """The table's metrics from one eval.json; the return is the held-out IDR return D_0 - D_T."""
+    """The table's metrics from one eval.json: pass rate, EPM-Q, the held-out IDR return D_0 - D_T,
+    alignment, and the reward-hacking monitor (None where an older eval.json lacks it)."""
     from mapo.rewards import rewards_from_distances
 
     summary = result["summary"]
@@ -58,55 +77,90 @@ def eval_metrics(result: dict[str, Any]) -> dict[str, float | None]:
         for sample in scenario["samples"]
         if len(sample["distances"]) > 1
     ]
+    hacking = summary.get("hacking") or {}
     return {
         "pass_rate": 100.0 * summary["pass_rate"],
         "epmq": summary["epmq"]["epmq"] if summary.get("epmq") else None,
         "return": float(np.mean(returns)) if returns else None,
         "alignment": summary["alignment"]["target"],
+        **{key: hacking.get(key) for key, _ in HACKING_METRICS},
     }
 
 
-def dialogue_metrics(result: dict[str, Any]) -> dict[str, dict[str, float | None]]:
-    """Per held-out dialogue ("<scenario>#<sample>"): its IDR return D_0 - D_T and its EPM-Q."""
+def dialogue_key(scenario_id: str, sample_index: int) -> str:
+    return f"{scenario_id}#{sample_index}"
+
+
+def dialogue_metrics(result: dict[str, Any], transcripts: Iterable[dict[str, Any]] = ()) -> dict[str, dict[str, float | None]]:
+    """Per held-out dialogue ("<scenario>#<sample>"): passed (100 or 0), EPM-Q, IDR return D_0 - D_T,
+    alignment, and the reward-hacking monitor over its own replies (from its transcript record;
+    None without one: distinct-2 here is within the dialogue, not across the evaluation)."""
+    hacking = {
+        dialogue_key(r["scenario_id"], r["sample_index"]):
+            dialogue_hacking_metrics([[(t["user"], t["response"]) for t in r["turns"]]])
+        for r in transcripts
+    }
     found = {}
     for scenario in result["scenarios"]:
         for sample in scenario["samples"]:
             distances, epmq = sample["distances"], sample.get("epmq")
-            found[f"{scenario['scenario_id']}#{sample['sample_index']}"] = {
-                "return": distances[0] - distances[-1] if len(distances) > 1 else None,
+            key = dialogue_key(scenario["scenario_id"], sample["sample_index"])
+            monitor = hacking.get(key, {})
+            found[key] = {
+                "pass_rate": 100.0 * (sample.get("outcome") == "success"),
                 "epmq": epmq["epmq"] if epmq else None,
+                "return": distances[0] - distances[-1] if len(distances) > 1 else None,
+                "alignment": (sample.get("alignment") or {}).get("target"),
+                **{k: monitor.get(k) for k, _ in HACKING_METRICS},
             }
     return found
 
 
-def paired_dialogue_rows(
-    per_dialogue: dict[str, dict[str, dict[str, float | None]]], plan: AblationPlan, reference: str = PAIRED_REFERENCE
-) -> list[dict[str, Any]]:
-    """Per variant: the difference to the reference on the same held-out dialogue at the same seed,
-    pooled over seeds and dialogues; mean, standard error, t = mean / s.e., and the share worse.
+def _worse_share(diffs: np.ndarray, key: str) -> float | None:
+    """The share of paired differences in the worse direction for this metric."""
+    if not diffs.size:
+        return None
+    return float(np.mean(diffs > 0 if key in LOWER_IS_BETTER else diffs < 0))
 
-    Dialogues of one run share a policy, so they are not independent draws: t overstates the
-    evidence somewhat. It still shows which gaps are far outside the dialogue-to-dialogue noise.
+
+def _compared(plan: AblationPlan, reference: str, present: Iterable[str]) -> list[str]:
+    """The variants compared with the reference: the base when it was measured, then the others."""
+    return [v for v in ["base", *plan.variants] if v != reference and (v != "base" or "base" in present)]
+
+
+def _name(variant: str, seed: int) -> str:
+    return "base" if variant == "base" else Unit(variant, seed).name
+
+
+def paired_dialogue_rows(
+    per_dialogue: dict[str, dict[str, dict[str, float | None]]],
+    plan: AblationPlan,
+    reference: str = PAIRED_REFERENCE,
+    metrics: Sequence[tuple[str, str]] = DIALOGUE_METRICS,
+) -> list[dict[str, Any]]:
+    """Per variant and metric: the difference to the reference on the same held-out dialogue at the
+    same seed (the one base eval pairs with every seed), pooled over seeds and dialogues: n, mean,
+    the 95 % two-stage cluster bootstrap interval (seeds, then dialogues) and the share worse.
+
+    Dialogues of one run share a policy: they are not independent draws, which is why the
+    interval resamples whole seeds first rather than treating the dialogues as n independent pairs.
     """
     rows = []
-    for variant in ["base", *plan.variants]:
-        if variant == reference:
-            continue
+    for variant in _compared(plan, reference, per_dialogue):
         stats: dict[str, Any] = {}
-        for key in ("return", "epmq"):
-            diffs = []
+        for key, _ in metrics:
+            clusters: list[list[float]] = []
             for seed in plan.seeds:
-                mine = per_dialogue.get("base" if variant == "base" else Unit(variant, seed).name)
-                theirs = per_dialogue.get(Unit(reference, seed).name)
+                mine, theirs = per_dialogue.get(_name(variant, seed)), per_dialogue.get(Unit(reference, seed).name)
                 if mine is None or theirs is None:
                     continue
-                diffs += [mine[d][key] - theirs[d][key] for d in theirs
-                          if d in mine and mine[d][key] is not None and theirs[d][key] is not None]
-            a = np.asarray(diffs, dtype=float)
-            sem = float(a.std(ddof=1) / math.sqrt(a.size)) if a.size > 1 else None
-            stats[key] = {"n": int(a.size), "mean": float(a.mean()) if a.size else None, "sem": sem,
-                          "t": float(a.mean()) / sem if sem else None,
-                          "worse": float(np.mean(a < 0)) if a.size else None}
+                clusters.append([mine[d][key] - theirs[d][key] for d in theirs  # type: ignore[operator]
+                                 if d in mine and mine[d].get(key) is not None and theirs[d].get(key) is not None])
+            pooled = np.asarray([x for c in clusters for x in c], dtype=float)
+            low, high = cluster_bootstrap(clusters)
+            stats[key] = {"n": int(pooled.size), "seeds": sum(1 for c in clusters if c),
+                          "mean": float(pooled.mean()) if pooled.size else None, "low": low, "high": high,
+                          "worse": _worse_share(pooled, key)}
         rows.append({"variant": variant, **stats})
     return rows
 
@@ -129,40 +183,48 @@ def mean_std(values: Sequence[float | None]) -> dict[str, Any]:
 
 
 def aggregate_rows(
-    per_unit: dict[str, dict[str, float | None]], plan: AblationPlan, metrics: Sequence[tuple[str, str]] = METRICS
+    per_unit: dict[str, dict[str, float | None]], plan: AblationPlan, metrics: Sequence[tuple[str, str]] = METRICS,
+    variants: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row for the base (if present) and one per variant: each metric's mean/std over the variant's seeds."""
+    """One row for the base (if present) and one per variant (default: the plan's): each metric's
+    mean/std over the variant's seeds; a metric a unit lacks counts as missing."""
     rows = []
     if "base" in per_unit:
-        rows.append({"variant": "base", "seeds": [], "metrics": {k: mean_std([per_unit["base"][k]]) for k, _ in metrics}})
-    for variant in plan.variants:
+        rows.append({"variant": "base", "seeds": [], "metrics": {k: mean_std([per_unit["base"].get(k)]) for k, _ in metrics}})
+    for variant in plan.variants if variants is None else variants:
         found = [(s, per_unit[Unit(variant, s).name]) for s in plan.seeds if Unit(variant, s).name in per_unit]
         rows.append(
             {
                 "variant": variant,
                 "seeds": [s for s, _ in found],
-                "metrics": {k: mean_std([m[k] for _, m in found]) for k, _ in metrics},
+                "metrics": {k: mean_std([m.get(k) for _, m in found]) for k, _ in metrics},
             }
         )
     return rows
 
 
 def paired_rows(
-    per_unit: dict[str, dict[str, float | None]], plan: AblationPlan, reference: str = PAIRED_REFERENCE
+    per_unit: dict[str, dict[str, float | None]],
+    plan: AblationPlan,
+    reference: str = PAIRED_REFERENCE,
+    metrics: Sequence[tuple[str, str]] = METRICS,
 ) -> list[dict[str, Any]]:
-    """Per variant, each metric minus the reference variant's at the same seed, mean/std over seeds.
+    """Per variant (and the base), each metric minus the reference variant's at the same seed:
+    mean, sample std and the 95 % t interval over seeds (`intervals.t_interval`).
 
     Runs with the same seed share their random streams (scenarios, sampling noise), so the
-    paired difference removes the between-seed spread that dominates a 3-seed table.
+    paired difference removes the between-seed spread that dominates a few-seed table. The one
+    base value is paired with every seed's reference.
     """
     rows = []
-    for variant in plan.variants:
-        if variant == reference:
-            continue
-        seeds = [s for s in plan.seeds if Unit(variant, s).name in per_unit and Unit(reference, s).name in per_unit]
+    for variant in _compared(plan, reference, per_unit):
+        seeds = [s for s in plan.seeds if _name(variant, s) in per_unit and Unit(reference, s).name in per_unit]
         diffs = {}
-        for key, _ in METRICS:
-            pairs = [(per_unit[Unit(variant, s).name][key], per_unit[Unit(reference, s).name][key]) for s in seeds]
-            diffs[key] = mean_std([a - b if a is not None and b is not None else None for a, b in pairs])
+        for key, _ in metrics:
+            pairs = [(per_unit[_name(variant, s)].get(key), per_unit[Unit(reference, s).name].get(key)) for s in seeds]
+            found = t_interval([a - b if a is not None and b is not None else None for a, b in pairs])
+            kept = [v for v in found["values"] if v is not None and math.isfinite(v)]
+            found["worse"] = _worse_share(np.asarray(kept, dtype=float), key)
+            diffs[key] = found
         rows.append({"variant": variant, "seeds": seeds, "metrics": diffs})
     return rows

@@ -13,12 +13,20 @@ from mapo.cli.common import SetOpt, app, fail
 @app.command()
 def ablate(
     output: Annotated[
-        Optional[Path], typer.Option("--output", help="Ablation folder (default: runs/ablate-<time>, or runs/ablate-quick-<time>).")
+        Optional[Path], typer.Option("--output", help="Ablation folder (default: runs/ablate-<time>, or runs/ablate-<plan>-<time>).")
     ] = None,
     resume: Annotated[
         Optional[Path], typer.Option("--resume", help="Continue ABLATION_DIR: skip finished units, resume cut runs from their checkpoints.")
     ] = None,
-    quick: Annotated[bool, typer.Option("--quick", help="A few minutes: 2 estimators, 2 seeds, 2 tiny steps, short eval.")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="A few minutes: 2 estimators, 2 seeds, 2 tiny steps, short eval (= --plan quick).")] = False,
+    plan_name: Annotated[
+        Optional[str], typer.Option("--plan", help="A named plan: default, quick, study (the learning study: 4 estimators x 5 seeds, "
+                                    "6-turn dialogues, benchmarks), or a plug-in's (mapo.ablate.PLANS).")
+    ] = None,
+    bench_data: Annotated[
+        Optional[Path], typer.Option("--bench-data", help="Folder with eqbench/ and emobench/ (the authors' files) for plans "
+                                     "with benchmarks (study default: ../shared/data).")
+    ] = None,
     variant: Annotated[
         Optional[list[str]], typer.Option("--variant", help="Only these variants (repeatable; default: the whole grid).")
     ] = None,
@@ -28,19 +36,26 @@ def ablate(
     set_: SetOpt = None,
 ) -> None:
     """Train every estimator/reward variant with several seeds under one rollout budget, evaluate all
-    and the untrained base on held-out scenarios; write the mean ± std table and the training curves."""
+    and the untrained base on held-out scenarios (and the plan's outside benchmarks); write the tables
+    with paired 95 % confidence intervals, the training curves and transcript excerpts.
+
+    --set applies to every training run; `eval.FIELD=` and `benchmarks.FIELD=` change the plan's
+    held-out evaluation and benchmarks (e.g. --set benchmarks.limit=10)."""
     from mapo.ablate import plan_for, read_plan, run_ablation
     from mapo.run_folder import new_run_dir
 
     try:
         if resume is not None:
-            if quick or variant or seeds or steps or output or set_:
+            if quick or plan_name or bench_data or variant or seeds or steps or output or set_:
                 raise ValueError("--resume continues an ablation with its own plan.json; drop the other plan options")
             plan, folder = read_plan(resume), resume
         else:
-            plan = plan_for(quick, variant, seeds, steps, set_ or ())
-            folder = output or new_run_dir("runs", "ablate-quick" if quick else "ablate")
-        typer.echo(f"Ablation: {len(plan.units())} runs ({', '.join(plan.variants)} x seeds {plan.seeds}) "
+            if quick and plan_name not in (None, "quick"):
+                raise ValueError(f"--quick is --plan quick; it does not go with --plan {plan_name}")
+            name = "quick" if quick else plan_name or "default"
+            plan = plan_for(name, variant, seeds, steps, set_ or (), str(bench_data) if bench_data else None)
+            folder = output or new_run_dir("runs", "ablate" if name == "default" else f"ablate-{name}")
+        typer.echo(f"Ablation ({plan.name} plan): {len(plan.units())} runs ({', '.join(plan.variants)} x seeds {plan.seeds}) "
                    f"+ base; {plan.steps} steps each; folder {folder}")
         md = run_ablation(plan, folder, jobs=jobs, on_done=lambda name, did: typer.echo(f"  {name}: {did}"))
     except (ValueError, FileNotFoundError) as err:

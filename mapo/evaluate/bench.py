@@ -69,9 +69,13 @@ def run_benchmark(
     **run_options: Any,
 ) -> tuple[Path, dict[str, Any]]:
     """Run a loaded benchmark with a progress bar and write its results folder."""
+    import time
+
     from mapo.progress import progress_bar
 
+    started = time.time()
     with progress_bar(len(items), f"{benchmark} ({responder.name})") as advance:
         records, summary = run(responder, items, advance=advance, **run_options)
-    config = {**config, **run_options, "responder": responder.name, "items": len(items)}
+    config = {**config, **run_options, "responder": responder.name, "items": len(items),
+              "seconds": round(time.time() - started, 1)}
     return write_results(out_dir, benchmark, config, summary, records), summary

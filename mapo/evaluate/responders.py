@@ -46,6 +46,20 @@ class PolicyResponder:
             return [self.policy.decode(s.ids) for s in samples]
         return [self.policy.decode(ids) for ids in self.engine.greedy(contexts, max_tokens)]
 
+    def close(self) -> None:
+        """Stop the engine (a llama.cpp worker process and its exported weights)."""
+        self.engine.close()
+
+
+def policy_responder(policy: Any, label: str, engine_name: str = "auto", concurrency: int = 8) -> PolicyResponder:
+    """A loaded policy answering through the rollout engine `engine_name` (auto | hf | llamacpp,
+    mapo.engines.factory), `concurrency` sequences at once, its weights synced."""
+    from mapo.engines.factory import make_engine
+
+    engine = make_engine(engine_name, policy, slots=max(1, concurrency), context_per_slot=BENCH_CONTEXT)
+    engine.sync(0)
+    return PolicyResponder(policy, name=label, engine=engine)
+
 
 class EndpointPolicy:
     """An OpenAI-compatible chat endpoint as the policy: benchmark answers (`respond`) and
@@ -99,9 +113,5 @@ def load_responder(
         return endpoint_policy(endpoint, endpoint_model, api_key_env, concurrency, timeout)
     from mapo.evaluate.checkpoints import load_eval_policy
 
-    from mapo.engines.factory import make_engine
-
     policy, label = load_eval_policy(model, gguf_file=gguf_file, dtype=dtype)
-    engine = make_engine(engine_name, policy, slots=max(1, concurrency), context_per_slot=BENCH_CONTEXT)
-    engine.sync(0)
-    return PolicyResponder(policy, name=label, engine=engine)
+    return policy_responder(policy, label, engine_name, concurrency)

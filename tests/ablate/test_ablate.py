@@ -19,7 +19,6 @@ from mapo.ablate import (
     eval_metrics,
     dialogue_metrics,
     mean_std,
-    paired_dialogue_markdown,
     paired_dialogue_rows,
     paired_rows,
     quick_plan,
@@ -31,6 +30,8 @@ from mapo.ablate import (
     training_state,
     unit_overrides,
 )
+from mapo.ablate.stats import HACKING_METRICS
+from mapo.ablate.tables import dialogue_table
 from mapo.cli import app
 from mapo.config import load_config
 
@@ -116,8 +117,12 @@ def test_paired_rows_subtract_the_reference_at_the_same_seed():
              "grpo-idr-s0": metric(28.0), "grpo-idr-s1": metric(37.0)}  # seed 2 of grpo is missing
     (row,) = paired_rows(units, plan)
     assert row["variant"] == "grpo-idr" and row["seeds"] == [0, 1]
-    assert row["metrics"]["epmq"]["mean"] == pytest.approx(-2.5) and row["metrics"]["epmq"]["std"] == pytest.approx(0.5 ** 0.5)
-    assert row["metrics"]["return"]["mean"] is None
+    epmq = row["metrics"]["epmq"]
+    assert epmq["mean"] == pytest.approx(-2.5) and epmq["std"] == pytest.approx(0.5 ** 0.5)
+    half = 12.706204736174694 * 0.5 ** 0.5 / 2 ** 0.5  # t(0.975, df 1) * s / sqrt(n)
+    assert epmq["low"] == pytest.approx(-2.5 - half) and epmq["high"] == pytest.approx(-2.5 + half)
+    assert epmq["worse"] == 1.0
+    assert row["metrics"]["return"]["mean"] is None and row["metrics"]["return"]["low"] is None
 
 
 def test_dialogues_pair_on_scenario_and_seed_and_the_base_pairs_with_every_seed():
@@ -125,7 +130,8 @@ def test_dialogues_pair_on_scenario_and_seed_and_the_base_pairs_with_every_seed(
 
     def result(returns, epmqs):
         return {"scenarios": [{"scenario_id": sid, "samples": [{"sample_index": 0, "distances": [10.0, 10.0 - r],
-                                                                  "epmq": {"epmq": e}}]}
+                                                                  "epmq": {"epmq": e}, "outcome": "timeout",
+                                                                  "alignment": {"target": 0.1}}]}
                               for sid, r, e in zip(("a", "b"), returns, epmqs)]}
 
     per_dialogue = {
@@ -134,14 +140,17 @@ def test_dialogues_pair_on_scenario_and_seed_and_the_base_pairs_with_every_seed(
         "mapo-idr-s1": dialogue_metrics(result([1.0, 1.0], [25.0, 35.0])),
         "grpo-idr-s0": dialogue_metrics(result([1.0, 5.0], [28.0, 31.0])),  # grpo seed 1 missing
     }
-    assert per_dialogue["mapo-idr-s0"]["b#0"] == {"return": 4.0, "epmq": 30.0}
+    assert per_dialogue["mapo-idr-s0"]["b#0"]["return"] == 4.0 and per_dialogue["mapo-idr-s0"]["b#0"]["epmq"] == 30.0
+    assert per_dialogue["mapo-idr-s0"]["b#0"]["pass_rate"] == 0.0 and per_dialogue["base"]["a#0"]["hack_echo"] is None
     rows = {r["variant"]: r for r in paired_dialogue_rows(per_dialogue, plan)}
     grpo = rows["grpo-idr"]["return"]
-    assert grpo["n"] == 2 and grpo["mean"] == pytest.approx(0.0) and grpo["worse"] == 0.5
+    assert grpo["n"] == 2 and grpo["seeds"] == 1 and grpo["mean"] == pytest.approx(0.0) and grpo["worse"] == 0.5
+    assert grpo["low"] is None  # one seed: no cluster-aware interval
     base = rows["base"]["return"]  # the one base eval against each seed's mapo-idr: 4 pairs
-    assert base["n"] == 4 and base["mean"] == pytest.approx(-2.0) and base["worse"] == 1.0
-    assert base["sem"] == pytest.approx(2 ** 0.5 / 2)  # differences -2, -4, -1, -1 and base["t"] == pytest.approx(-2.0 / base["sem"])
-    assert "| grpo-idr | 2 | +0.00 ± 1.00 | +0.0 | 50% |" in paired_dialogue_markdown(list(rows.values()))
+    assert base["n"] == 4 and base["seeds"] == 2 and base["mean"] == pytest.approx(-2.0) and base["worse"] == 1.0
+    assert -4.0 <= base["low"] < base["mean"] < base["high"] <= -1.0  # differences -2, -4, -1, -1
+    table = dialogue_table("t", list(rows.values()), [("return", "return")]).markdown()
+    assert "| grpo-idr | 1 / 2 | +0.000 (50% worse) |" in table
 
 
 def test_training_metrics_take_reward_ends_and_the_gradient_norm_spread():
@@ -162,7 +171,8 @@ def test_eval_metrics_reads_pass_rate_epmq_alignment_and_the_held_out_return():
         ],
     }
     metrics = eval_metrics(result)
-    assert metrics == {"pass_rate": 25.0, "epmq": 42.0, "return": pytest.approx((3.0 - 0.5) / 2), "alignment": 0.1}
+    assert metrics == {"pass_rate": 25.0, "epmq": 42.0, "return": pytest.approx((3.0 - 0.5) / 2), "alignment": 0.1,
+                       **{key: None for key, _ in HACKING_METRICS}}  # an eval.json older than the monitor
 
 
 # ---------------------------------------------------------------- state on disk, skip and resume

@@ -13,6 +13,7 @@ import math
 import pytest
 from typer.testing import CliRunner
 
+from cli_output import flat
 from fixture_paths import FIXTURES, REPO
 
 from mapo.cli import app
@@ -233,17 +234,12 @@ def test_cli_runs_both_benchmarks_on_fixtures_with_the_tiny_model(tmp_path):
     assert summary["n"] == 2 and summary["parse_failures"] + summary["parseable"] == 2
 
 
-def _flat(output: str) -> str:
-    """CLI output with rich's error box and line wrapping removed."""
-    return " ".join(output.replace("│", " ").split())
-
-
 def test_cli_reports_bad_input_without_a_traceback(tmp_path):
     runner = CliRunner()
     result = runner.invoke(app, ["bench", "emobench", "--data", str(tmp_path), "--model", "tiny"])
-    assert result.exit_code == 2 and "no EmoBench files" in _flat(result.output)
+    assert result.exit_code == 2 and "no EmoBench files" in flat(result.output)
     result = runner.invoke(app, ["bench", "eqbench", "--data", str(FIXTURES / "eqbench")])
-    assert result.exit_code == 2 and "exactly one of a model" in _flat(result.output)
+    assert result.exit_code == 2 and "exactly one of a model" in flat(result.output)
 
 
 @pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="../shared/data (the real benchmark files) is not present")

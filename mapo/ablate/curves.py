@@ -1,0 +1,68 @@
+"""The ablation's training curves (curves.png): mean per-turn reward and pre-clip gradient norm per
+step for every variant, mean ± std over its seeds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from mapo.ablate.plan import VARIANTS, AblationPlan
+from mapo.ablate.state import run_metrics
+
+
+def curves(out: Path, plan: AblationPlan) -> dict[str, dict[str, list[list[float]]]]:
+    """{variant: {metric: [per-seed series]}} of reward_mean and grad_norm (pre-clip) per step."""
+    found: dict[str, dict[str, list[list[float]]]] = {}
+    for unit, rows in run_metrics(out, plan).items():
+        entry = found.setdefault(unit.variant, {"reward_mean": [], "grad_norm": []})
+        for key in entry:
+            entry[key].append([float(m.get(key, float("nan"))) for m in rows])
+    return found
+
+
+def plot_curves(series: dict[str, dict[str, list[list[float]]]], path: Path) -> Path | None:
+    """One figure, two panels: mean reward and pre-clip gradient norm per step, mean ± std over seeds."""
+    if not series:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    figure, panels = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
+    titles = {"reward_mean": "mean per-turn reward", "grad_norm": "gradient norm before clipping"}
+    # ADR rewards (distances) are an order of magnitude larger than IDR's: their own axis, dashed
+    absolute = {v for v in series if "reward.kind=adr" in VARIANTS.resolve(v).overrides}
+    right = panels[0].twinx() if absolute else None
+    handles = []
+    for axes_left, key in zip(panels, ("reward_mean", "grad_norm")):
+        for index, (variant, metrics) in enumerate(series.items()):
+            runs = [r for r in metrics[key] if r]
+            if not runs:
+                continue
+            axes = right if key == "reward_mean" and variant in absolute else axes_left
+            width = min(len(r) for r in runs)
+            stack = np.asarray([r[:width] for r in runs])
+            steps = np.arange(1, width + 1)
+            mean = np.nanmean(stack, axis=0)
+            style = "--" if variant in absolute else "-"
+            (line,) = axes.plot(steps, mean, style, color=f"C{index}", marker="o", markersize=3,
+                                label=f"{variant} (n={len(runs)})")
+            if key == "reward_mean":
+                handles.append(line)
+            if len(runs) > 1:
+                std = np.nanstd(stack, axis=0, ddof=1)
+                axes.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.15)
+        axes_left.set_title(titles[key])
+        axes_left.set_xlabel("training step")
+        axes_left.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axes_left.grid(alpha=0.3)
+    if right is not None:
+        panels[0].set_ylabel("IDR (solid)")
+        right.set_ylabel("ADR (dashed)")
+    panels[0].legend(handles=handles, fontsize=8)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path

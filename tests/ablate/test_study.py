@@ -1,0 +1,218 @@
+"""The learning study's machinery: named plans, the study plan's settings, benchmarks inside the
+ablation (resumable), and `mapo ablate --plan study` end to end on the tiny model."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from cli_output import flat
+from fixture_paths import FIXTURES
+
+from mapo.ablate import PLANS, AblationPlan, Unit, check_plan, plan_for, run_ablation, study_plan, unit_overrides
+from mapo.ablate.benchmarks import BENCH_METRICS, bench_metrics, pending, run_benchmarks
+from mapo.ablate.runner import eval_spec
+from mapo.ablate.state import bench_dir, read_bench
+from mapo.cli import app
+from mapo.config import load_config
+
+TINY = ["policy.model=tiny", "policy.lora.r=4", "optim.lr=0.01"]
+# the study plan cut to seconds: 1 card, 2-turn training dialogues, a 3-turn eval, 2 benchmark items
+SMALL = [
+    "rollout.scenarios_per_step=1", "rollout.samples_per_scenario=2", "rollout.max_turns=2",
+    "rollout.max_new_tokens=6", "transcripts_every=0", "eval.limit=1", "eval.max_turns=3", "eval.max_new_tokens=6",
+    "benchmarks.limit=2", "benchmarks.eqbench_max_tokens=6", "benchmarks.emobench_max_tokens=4",
+]
+HF = ["rollout.engine=hf", "eval.engine=hf", "benchmarks.engine=hf"]  # no llama.cpp start-ups: the fast suite
+
+
+# ---------------------------------------------------------------- the plans
+
+
+def test_the_study_plan_trains_long_whole_replies_on_one_budget_and_evaluates_the_twelve_cards():
+    from mapo.envs.base import load_scenarios
+
+    plan = study_plan()
+    assert plan.name == "study" and plan.variants == ["mapo-idr", "grpo-idr", "turn-idr", "batch-idr"]
+    assert plan.seeds == [0, 1, 2, 3, 4]
+    configs = [load_config(None, unit_overrides(plan, u, threads=1)) for u in plan.units()]
+    budgets = {(c.steps, c.rollout.scenarios_per_step, c.rollout.samples_per_scenario, c.rollout.max_turns,
+                c.rollout.max_new_tokens, c.rollout.max_sentences) for c in configs}
+    assert len(budgets) == 1  # the same rollout budget for every variant and seed
+    (steps, scenarios, samples, turns, tokens, sentences), = budgets
+    assert turns >= 6 and tokens == 96 and sentences == 3 and steps == plan.steps
+    assert {(c.advantage.estimator, c.reward.kind) for c in configs} == {
+        ("mapo", "idr"), ("grpo", "idr"), ("turn", "idr"), ("batch", "idr")}
+    assert {c.advantage.alpha for c in configs if c.advantage.estimator == "mapo"} == {0.5}
+    spec = eval_spec(plan.eval)
+    assert (spec.scenarios, spec.limit, spec.samples, spec.max_turns) == ("test", None, 2, 13)
+    assert (spec.max_new_tokens, spec.max_sentences, spec.engine) == (96, 3, "auto")
+    assert len(load_scenarios("empathy", "test")) == 12
+    bench = plan.benchmarks
+    assert bench.targets == ["base", "grpo-idr", "mapo-idr"] and bench.names == ["eqbench", "emobench"]
+    assert bench.emobench_tasks == ["EA", "EU"] and bench.limit is not None and bench.data
+    assert [plan.benchmarked(u) for u in (None, Unit("mapo-idr", 3), Unit("turn-idr", 0))] == [True, True, False]
+
+
+def test_plans_are_named_in_a_registry_a_user_can_extend():
+    assert {"default", "quick", "study"} <= set(PLANS.names())
+    assert plan_for("default") == AblationPlan() and not plan_for("default").benchmarks.targets
+    assert plan_for("quick").steps == 2 and not plan_for("quick").benchmarks.targets
+    PLANS.add("tiny-test-plan", lambda: AblationPlan(variants=["mapo-idr"], seeds=[7], steps=1))
+    try:
+        plan = plan_for("tiny-test-plan")
+        assert plan.name == "tiny-test-plan" and plan.units() == [Unit("mapo-idr", 7)]
+    finally:
+        PLANS.remove("tiny-test-plan")
+    with pytest.raises(ValueError, match="unknown ablation plan 'nope'.*study"):
+        plan_for("nope")
+
+
+def test_options_override_the_named_plan_and_plan_fields_go_through_set(tmp_path):
+    plan = plan_for("study", variants=["mapo-idr", "turn-idr"], seeds=3, steps=4,
+                    overrides=["eval.samples=1", "benchmarks.limit=5", "rollout.max_turns=8"], bench_data=str(tmp_path))
+    assert plan.seeds == [0, 1, 2] and plan.steps == 4 and plan.eval.samples == 1 and plan.benchmarks.limit == 5
+    assert plan.train[-1] == "rollout.max_turns=8"  # a training setting, after the plan's own
+    assert load_config(None, unit_overrides(plan, Unit("turn-idr", 0), None)).rollout.max_turns == 8
+    assert plan.benchmarks.targets == ["base", "mapo-idr"]  # grpo-idr was left out
+    assert plan.benchmarks.data == str(tmp_path.resolve())
+    with pytest.raises(ValueError, match="the plan's eval has no field 'sample'.*samples"):
+        plan_for("study", overrides=["eval.sample=1"])
+    with pytest.raises(ValueError, match="benchmarks.limit: Input should be a valid integer"):
+        plan_for("study", overrides=["benchmarks.limit=many"])
+    with pytest.raises(ValueError, match="benchmarks.limit must be at least 1"):
+        plan_for("study", overrides=["benchmarks.limit=0"])
+    with pytest.raises(ValueError, match=r"benchmarks.targets \['turn-idr'\] are not variants"):
+        plan_for("study", variants=["mapo-idr"], overrides=["benchmarks.targets=[base, turn-idr]"])
+
+
+def test_plan_json_records_everything_and_older_folders_still_resume(tmp_path):
+    plan = plan_for("study", bench_data=str(FIXTURES))
+    assert AblationPlan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
+    with pytest.raises(ValueError, match="field eval.sampels: Unexpected keyword"):
+        AblationPlan.from_dict({**plan.to_dict(), "eval": {**plan.to_dict()["eval"], "sampels": 2}})
+    # a folder written before plans had names, eval engines and benchmarks: the same settings resume
+    old = AblationPlan().to_dict()
+    del old["benchmarks"], old["name"], old["eval"]["engine"], old["eval"]["max_sentences"]
+    (tmp_path / "plan.json").write_text(json.dumps(old))
+    check_plan(tmp_path, plan_for("default"))
+    with pytest.raises(ValueError, match="different plan"):
+        check_plan(tmp_path, plan_for("study", bench_data=str(FIXTURES)))
+
+
+def test_cli_plan_options_are_checked_before_anything_runs(tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(app, ["ablate", "--quick", "--plan", "study", "--output", str(tmp_path / "a")])
+    assert result.exit_code == 2 and "--quick is --plan quick" in flat(result.output)
+    result = runner.invoke(app, ["ablate", "--resume", str(tmp_path), "--plan", "study"])
+    assert result.exit_code == 2 and "drop the other plan options" in flat(result.output)
+    result = runner.invoke(app, ["ablate", "--plan", "nope", "--output", str(tmp_path / "b")])
+    assert result.exit_code == 2 and "unknown ablation plan 'nope'" in flat(result.output)
+    result = runner.invoke(app, ["ablate", "--plan", "study", "--bench-data", str(tmp_path / "none"),
+                                 "--output", str(tmp_path / "c")])
+    assert result.exit_code == 2 and "no EQ-Bench questions file" in flat(result.output) and "--bench-data" in flat(result.output)
+    assert not (tmp_path / "c").exists()  # nothing written for a plan that cannot run
+
+
+# ---------------------------------------------------------------- benchmarks inside the ablation
+
+
+def test_benchmark_figures_read_score_accuracy_and_parse_rate_per_task():
+    eq = {"summary": {"score": 41.5, "parse_rate": 75.0}}
+    emo = {"summary": {"EA": {"en": {"accuracy": {"Overall": 50.0}, "n": 4, "parse_failures": 1},
+                              "zh": {"accuracy": {"Overall": 100.0}, "n": 4, "parse_failures": 0}},
+                       "EU": {"en": {"accuracy": {"Overall": 25.0}, "n": 4, "parse_failures": 4}}}}
+    got = bench_metrics({"eqbench": eq, "emobench": emo})
+    assert got == {"eqbench": 41.5, "eqbench_parse_rate": 75.0, "emobench_ea": 75.0, "emobench_ea_parse_rate": 87.5,
+                   "emobench_eu": 25.0, "emobench_eu_parse_rate": 0.0}
+    assert bench_metrics({"eqbench": eq, "emobench": None})["emobench_ea"] is None
+    assert [k for k, _ in BENCH_METRICS] == list(got)
+
+
+def test_a_finished_benchmark_is_not_run_again_and_a_cut_one_is(tmp_path):
+    from tiny_policy import tiny_policy
+
+    plan = plan_for("study", overrides=[*SMALL, *HF], bench_data=str(FIXTURES))
+    policy = tiny_policy()
+    assert pending(tmp_path, "base", plan.benchmarks) == ["eqbench", "emobench"]
+    run_benchmarks(policy, "base", tmp_path, "base", plan.benchmarks, ["eqbench"])
+    assert pending(tmp_path, "base", plan.benchmarks) == ["emobench"]
+    results = read_bench(bench_dir(tmp_path, "base", "eqbench"))
+    assert results["config"]["items"] == 2 and results["config"]["temperature"] == 0.0
+    run_benchmarks(policy, "base", tmp_path, "base", plan.benchmarks, ["emobench"])
+    assert pending(tmp_path, "base", plan.benchmarks) == []
+    emo = read_bench(bench_dir(tmp_path, "base", "emobench"))
+    assert emo["config"]["items"] == 4 and emo["config"]["languages"] == ["en"]  # 2 per task, English only
+    predictions = bench_dir(tmp_path, "base", "emobench") / "predictions.jsonl"
+    predictions.write_text(predictions.read_text().splitlines()[0] + "\n")  # killed while writing
+    assert pending(tmp_path, "base", plan.benchmarks) == ["emobench"]
+
+
+# ---------------------------------------------------------------- end to end
+
+
+def _report(folder):
+    return json.loads((folder / "ablation.json").read_text())
+
+
+def test_a_tiny_study_trains_evaluates_benchmarks_and_reruns_only_what_is_missing(tmp_path):
+    # one variant (each training run's own report costs seconds): the base pairs with each seed's mapo-idr
+    plan = plan_for("study", variants=["mapo-idr"], seeds=2, steps=1, overrides=[*SMALL, *HF], bench_data=str(FIXTURES))
+    done: list[tuple[str, str]] = []
+    md = run_ablation(plan, tmp_path, extra=TINY, on_done=lambda *a: done.append(a))
+    assert dict(done) == {"base": "evaluated+benchmarked", "mapo-idr-s0": "trained+evaluated+benchmarked",
+                          "mapo-idr-s1": "trained+evaluated+benchmarked"}
+    data = _report(tmp_path)
+    assert data["missing"] == [] and set(data["benchmarks"]) == {"base", "mapo-idr-s0", "mapo-idr-s1"}
+    assert data["benchmarks"]["base"]["emobench_ea_parse_rate"] is not None
+    assert 0.0 <= data["training"]["mapo-idr-s1"]["truncated_pct"] <= 100.0
+    assert set(data["seconds"]["mapo-idr-s0"]) == {"train_seconds", "eval_seconds", "bench_seconds"}
+    assert all(v >= 0 for v in data["seconds"]["mapo-idr-s0"].values()) and "train_seconds" not in data["seconds"]["base"]
+    tables = data["tables"]
+    (base,) = tables["Paired by seed with mapo-idr: held-out evaluation"]
+    assert base["variant"] == "base" and base["seeds"] == [0, 1]
+    epmq = base["metrics"]["epmq"]
+    assert epmq["n"] == 2 and epmq["low"] <= epmq["mean"] <= epmq["high"]
+    (by_dialogue,) = tables["Paired by held-out dialogue with mapo-idr: held-out evaluation"]
+    assert by_dialogue["epmq"]["n"] == 4 and by_dialogue["epmq"]["seeds"] == 2  # 1 card x 2 samples x 2 seeds
+    assert [r["variant"] for r in tables["Paired by seed with mapo-idr: outside benchmarks"]] == ["base"]
+    assert data["excerpts"] and data["excerpts"][0]["rule"].startswith("largest EPM-Q gain")
+    text = md.read_text()
+    for heading in ("Reward-hacking monitor", "Outside benchmarks", "Paired by seed", "Paired by held-out dialogue",
+                    "two-stage bootstrap", "### Excerpts", "| turn | base | mapo-idr-s0 |"):
+        assert heading in text
+    assert "Excerpts" in (tmp_path / "ablation.html").read_text()
+
+    # a rerun skips everything; a unit missing only a benchmark runs just that benchmark
+    eq_results = bench_dir(tmp_path, "mapo-idr-s0", "eqbench") / "results.json"
+    before = eq_results.stat().st_mtime_ns
+    shutil.rmtree(bench_dir(tmp_path, "mapo-idr-s0", "emobench"))
+    done.clear()
+    run_ablation(plan, tmp_path, extra=TINY, on_done=lambda *a: done.append(a))
+    assert dict(done) == {"base": "skipped", "mapo-idr-s0": "benchmarked", "mapo-idr-s1": "skipped"}
+    assert eq_results.stat().st_mtime_ns == before and read_bench(bench_dir(tmp_path, "mapo-idr-s0", "emobench"))
+
+
+@pytest.mark.slow  # 4 tiny runs with the default engines (llama.cpp where installed): about a minute on 2 cores
+def test_mapo_ablate_plan_study_from_the_command_line(tmp_path):
+    out = tmp_path / "study"
+    args = ["ablate", "--plan", "study", "--variant", "mapo-idr", "--variant", "grpo-idr", "--seeds", "2",
+            "--steps", "1", "--bench-data", str(FIXTURES), "--output", str(out),
+            *(x for s in [*TINY, *SMALL] for x in ("--set", s))]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "Ablation (study plan): 4 runs" in result.output
+    assert result.output.count("trained+evaluated+benchmarked") == 4 and "base: evaluated+benchmarked" in result.output
+    saved = json.loads((out / "plan.json").read_text())
+    assert saved["name"] == "study" and saved["benchmarks"]["limit"] == 2 and saved["eval"]["samples"] == 2
+    data = _report(out)
+    by_seed = data["tables"]["Paired by seed with mapo-idr: held-out evaluation"]
+    assert [r["variant"] for r in by_seed] == ["base", "grpo-idr"] and by_seed[1]["seeds"] == [0, 1]
+    assert [r["variant"] for r in data["tables"]["Paired by seed with mapo-idr: outside benchmarks"]] == ["base", "grpo-idr"]
+    assert "| turn | base | grpo-idr-s0 | mapo-idr-s0 |" in (out / "ablation.md").read_text()
+    assert (out / "curves.png").stat().st_size > 0
+    result = CliRunner().invoke(app, ["ablate", "--resume", str(out)])
+    assert result.exit_code == 0 and result.output.count(": skipped") == 5
