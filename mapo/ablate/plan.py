@@ -237,8 +237,10 @@ def quick_plan() -> AblationPlan:
 # The learning study (issue #18): long dialogues, whole replies (the default run's 96 tokens and
 # 3 sentences, at most 20 % cut), 5 seeds, the same rollout budget for every variant. The batch
 # size and steps are provisional until sized by measurement (docs/results.md).
+# Sized for 2 shared cores (docs/results.md has the arithmetic): one scenario x 4 dialogues x 6
+# turns is 24 replies a step, the default run's count at twice its horizon; 10 steps a run.
 STUDY_TRAIN = (
-    "rollout.scenarios_per_step=2",
+    "rollout.scenarios_per_step=1",
     "rollout.samples_per_scenario=4",
     "rollout.max_turns=6",
     "rollout.max_new_tokens=96",
@@ -257,7 +259,7 @@ def study_plan() -> AblationPlan:
     return AblationPlan(
         variants=["mapo-idr", "grpo-idr", "turn-idr", "batch-idr"],
         seeds=[0, 1, 2, 3, 4],
-        steps=12,
+        steps=10,
         train=list(STUDY_TRAIN),
         eval=EvalBudget(scenarios="test", samples=2, max_turns=13, max_new_tokens=96, max_sentences=3),
         benchmarks=BenchmarkBudget(targets=["base", "grpo-idr", "mapo-idr"], data=STUDY_BENCH_DATA, limit=20),
