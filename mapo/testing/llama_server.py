@@ -24,6 +24,9 @@ class LlamaServerError(RuntimeError):
     """The server is not installed, exited, or did not answer in time; the message holds its log tail."""
 
 
+SERVER_MODULES = ("uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -34,8 +37,10 @@ def missing_requirement() -> str | None:
     """Why the server cannot start here (a message), or None when it can."""
     if importlib.util.find_spec("llama_cpp") is None:
         return "llama-cpp-python[server] is not installed (pip install 'llama-cpp-python[server]')"
-    if importlib.util.find_spec("uvicorn") is None:
-        return "llama-cpp-python is installed without its [server] extra"
+    # the [server] extra's modules: uvicorn alone can come from another package (mlflow)
+    absent = [m for m in SERVER_MODULES if importlib.util.find_spec(m) is None]
+    if absent:
+        return f"llama-cpp-python is installed without its [server] extra (missing: {', '.join(absent)})"
     return None
 
 
