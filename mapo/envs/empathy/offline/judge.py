@@ -11,8 +11,9 @@ Rules (`levels_from_features`)
 ------------------------------
 A reply *earns* progress only if it has at least MIN_WORDS words, is not a repeat
 (repetition >= REPETITION), not rambling (> RAMBLING_WORDS words), carries no harm
-phrase, no false reassurance ("I'm sure it'll work out", "you're doing great") and no platitude, is not *templated* (a support formula with fewer than two
-shared stems) and is not degenerate: a gain must mean a better listener, never text
+phrase, no false reassurance ("I'm sure it'll work out", "you're doing great") and no
+platitude, is not *templated* (a support formula with fewer than two shared stems) and
+is not degenerate: a gain must mean a better listener, never text
 that reuses their words without sense. It is *grounded* when grounding >= GROUNDED.
 
 - C_prog 2: grounded, a reframe or resonance phrase ("maybe it isn't ...", "rather
@@ -33,8 +34,8 @@ that reuses their words without sense. It is *grounded* when grounding >= GROUND
   moralising lecture that is not grounded.
 - A_neg -2: invalidating ("you're overreacting", "no reason to cry", "don't be so
   dramatic"). A_neg -1, first that applies: a repeat of an earlier reply; any harm
-  phrase or false reassurance; templated empathy; advice while the affective need is the deepest
-  (state.deepest_axis() == "A", no A progress, at least half the sentences are
+  phrase or false reassurance; templated empathy; advice while the affective need is the
+  deepest (state.deepest_axis() == "A", no A progress, at least half the sentences are
   directives); a reply of substance that earns nothing and whose grounding is below
   GENERIC (generic comfort).
 - Degenerate families add C_neg -1 where they misread or ignore the story (word salad,
