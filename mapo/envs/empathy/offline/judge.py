@@ -18,8 +18,8 @@ that reuses their words without sense. It is *grounded* when grounding >= GROUND
 
 - C_prog 2: grounded, a reframe or resonance phrase ("maybe it isn't ...", "rather
   than", "says more about") or C2 exemplar, and grounding >= DEEP_GROUNDED.
-  C_prog 1: grounded and a reflection ("so ...", "it sounds like"), a question, two
-  shared stems, cue[C] >= CUE_C1 or the C1 exemplar.
+  C_prog 1: grounded and a reflection ("so ...", "it sounds like"), a question,
+  cue[C] >= CUE_C1 or the C1 exemplar (shared stems alone are not understanding).
 - A_prog 2: grounded, a hedged unstated feeling, an unstated *deep* one (shame, grief,
   fear, feeling invisible: what lies under the stated anger or sadness), or a resonance
   phrase / A2 exemplar with an unstated feeling, and cue[A] >= CUE_A2 (or, for a deep one,
@@ -149,7 +149,9 @@ def levels_from_features(f: Features, deepest_axis: str) -> tuple[dict[str, int]
         reframe = h["reframe"] or h["resonance"] or _close(f, "C2")
         if reframe and f.grounding >= DEEP_GROUNDED:
             put("C_prog", 2, reframe[0])
-        elif h["reflect"] or f.questions or len(f.shared) >= 2 or f.cue["C"] >= CUE_C1 or _close(f, "C1"):
+        # Naming their nouns is not understanding them (a policy learns to drop their words into
+        # a misreading): C1 needs a reflection, a question, or a sentence close to the cues.
+        elif h["reflect"] or f.questions or f.cue["C"] >= CUE_C1 or _close(f, "C1"):
             put("C_prog", 1, "names " + ", ".join(f.shared[:4]) if f.shared else f.cue_sentence["C"])
         deep = [w for w in f.unstated_feelings if w in DEEP_FEELINGS]
         resonance = f.hedged_unstated or deep or (h["resonance"] or _close(f, "A2") if f.unstated_feelings else [])
