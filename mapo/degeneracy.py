@@ -173,15 +173,14 @@ def fragment(reply: str) -> str | None:
 
 REDRAFT_SHARE = 0.4  # a quote in the first person that is this share of the reply's words ...
 REDRAFT_ECHO = 0.25  # ... with this share of its 4-grams theirs is their own message handed back
-_OPEN_QUOTE = re.compile(r"[\"\u201c]([^\"\u201d]+)$")  # a quote opened and never closed runs to the end
+_QUOTE_SPAN = re.compile(r"[\"\u201c]([^\"\u201d]+)(?:[\"\u201d]|$)")  # of any length; one never closed runs to the end
 
 
 def _redraft(reply: str, user_texts: Sequence[str]) -> str | None:
     """Their own message handed back as text to send ("How about this: 'I've been ...'"). A short
     quote of their words inside a reply that answers them is reflection, so the quote must carry
     much of the reply."""
-    spans = [m.group(0) for m in QUOTED.finditer(reply)]
-    spans += [m.group(1) for m in _OPEN_QUOTE.finditer(QUOTED.sub(" ", reply))]
+    spans = [m.group(1) for m in _QUOTE_SPAN.finditer(reply)]
     total = max(len(words(reply)), 1)
     for span in spans:
         tokens = words(span)

@@ -19,7 +19,8 @@ that reuses their words without sense. It is *grounded* when grounding >= GROUND
 - C_prog 2: grounded, a reframe or resonance phrase ("maybe it isn't ...", "rather
   than", "says more about") or C2 exemplar, and grounding >= DEEP_GROUNDED.
   C_prog 1: grounded and a reflection ("so ...", "it sounds like"), a question,
-  cue[C] >= CUE_C1 or the C1 exemplar (shared stems alone are not understanding).
+  cue[C] >= CUE_C1, the C1 exemplar, or two shared stems in a paraphrase (a talk sentence
+  with cosine >= PARAPHRASE to one of theirs): their nouns in a misreading are not understanding.
 - A_prog 2: grounded, a hedged unstated feeling, an unstated *deep* one (shame, grief,
   fear, feeling invisible: what lies under the stated anger or sadness), or a resonance
   phrase / A2 exemplar with an unstated feeling, and cue[A] >= CUE_A2 (or, for a deep one,
@@ -70,6 +71,7 @@ CUE_P = 0.35  # cue[P] that lets empowerment count without grounding
 ADVICE_FIT = 0.2  # advice_fit below which a suggestion is off the point
 EXEMPLAR = 0.65  # cosine to our move exemplars that counts as that move
 REPETITION = 0.8  # cosine to an earlier reply that counts as repeating it
+PARAPHRASE = 0.6  # cosine of a talk sentence to one of theirs that makes shared words a paraphrase
 RAMBLING_WORDS = 110  # longer replies bury the point
 
 # Failure families and the rubric's negative levels for them: text that misreads or ignores
@@ -150,8 +152,8 @@ def levels_from_features(f: Features, deepest_axis: str) -> tuple[dict[str, int]
         if reframe and f.grounding >= DEEP_GROUNDED:
             put("C_prog", 2, reframe[0])
         # Naming their nouns is not understanding them (a policy learns to drop their words into
-        # a misreading): C1 needs a reflection, a question, or a sentence close to the cues.
-        elif h["reflect"] or f.questions or f.cue["C"] >= CUE_C1 or _close(f, "C1"):
+        # a misreading): shared words count only in a close paraphrase of what they said.
+        elif h["reflect"] or f.questions or f.cue["C"] >= CUE_C1 or _close(f, "C1") or (len(f.shared) >= 2 and f.ground_sem >= PARAPHRASE):
             put("C_prog", 1, "names " + ", ".join(f.shared[:4]) if f.shared else f.cue_sentence["C"])
         deep = [w for w in f.unstated_feelings if w in DEEP_FEELINGS]
         resonance = f.hedged_unstated or deep or (h["resonance"] or _close(f, "A2") if f.unstated_feelings else [])
