@@ -198,6 +198,28 @@ def test_judge_hears_dismissal_reassurance_and_conditional_blame_in_grounded_rep
     assert anyone.levels["A_prog"] == 1 and "anyone" in anyone.evidence["A_prog"]
 
 
+def test_judge_pays_a_paraphrase_not_their_words_handed_back_or_their_nouns_in_a_misreading(scenarios):
+    ctx = context(card_of(scenarios, PRIYA), "P")
+    judge = OfflineJudge()
+    paraphrase = judge.score(ctx, "Your lead presented your design at the all-hands today as his own, and you clapped along.")
+    handed_back = judge.score(ctx, 'You could post this: "My lead presented my design at the all-hands today as his and I clapped."')
+    misreading = judge.score(ctx, "The all-hands is where your lead reviews every design the company ships each quarter.")
+    assert paraphrase.levels["C_prog"] >= 1, paraphrase.evidence
+    for judged in (handed_back, misreading):
+        assert not any(judged.levels[k] for k in ("C_prog", "A_prog", "P_prog")), judged.evidence
+    assert "role_swap" in handed_back.evidence["C_neg"]
+
+
+def test_judge_hears_hostile_and_fatalistic_lines(scenarios):
+    ctx = context(card_of(scenarios, PRIYA), "P")
+    for reply in (
+        "Your lead took the credit and nothing is ever going to change about that at your work.",
+        "You're not going anywhere with your designs, you'll just stay where you are and clap.",
+    ):
+        judged = OfflineJudge().score(ctx, reply)
+        assert judged.levels["A_neg"] == -2 and not any(judged.levels[k] for k in ("C_prog", "A_prog", "P_prog")), reply
+
+
 def test_judge_resonance_with_a_deep_unstated_feeling(scenarios):
     """A deep feeling they have not named, close to their story, is resonance even when the card
     has no validation cue to match (here: none at all)."""

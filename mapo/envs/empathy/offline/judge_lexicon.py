@@ -178,7 +178,7 @@ INVALIDATING = _patterns(
     r"you'?re not going anywhere",
     r"you'?re (?:just )?going to (?:stay|be stuck|remain) (?:here|there|like this|stuck|where you are)",
     r"(?:you'?ll|you will) never (?:change|get better|get past|get over|move on|be (?:okay|happy|enough))",
-    r"nothing (?:will|is going to) (?:ever )?change\b|it(?: will|'s| is) never (?:going to )?change\b",
+    r"nothing(?:'s| is| will)? (?:ever )?(?:going to )?(?:ever )?change\b|it(?: will|'s| is) never (?:going to )?change\b",
     r"there'?s no (?:hope|way out)\b",
     r"it'?s (?:just|all) you\b(?!r)",
 )
