@@ -210,6 +210,14 @@ def test_judge_pays_a_paraphrase_not_their_words_handed_back_or_their_nouns_in_a
     assert "role_swap" in handed_back.evidence["C_neg"]
 
 
+def test_judge_reframe_in_the_assistants_own_voice_is_no_reframe(scenarios):
+    ctx = context(card_of(scenarios, PRIYA), "P")
+    theirs = OfflineJudge().score(ctx, "Clapping at the all-hands doesn't mean you agreed that your design was his; it means you froze.")
+    own = OfflineJudge().score(ctx, "Clapping at the all-hands doesn't mean I agreed that my design was his; it means I froze.")
+    assert theirs.levels["C_prog"] == 2, theirs.evidence
+    assert own.levels["C_prog"] < 2, own.evidence
+
+
 def test_judge_hears_hostile_and_fatalistic_lines(scenarios):
     ctx = context(card_of(scenarios, PRIYA), "P")
     for reply in (

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mapo import degeneracy
+from mapo.degeneracy import FIRST_PERSON, SECOND_PERSON
 from mapo.envs import embeddings
 from mapo.envs.empathy.offline.judge_lexicon import (
     AGREEING,
@@ -62,6 +63,7 @@ from mapo.envs.empathy.offline.judge_lexicon import (
     NOT_SELF_CRITICISM,
     PATTERN_FAMILIES,
     PRESSURE,
+    REFRAME,
     REPORTED_SPEECH,
     REPORTING_WORDS,
     SUGGESTION,
@@ -311,6 +313,10 @@ def extract_features(context: JudgeContext, response: str) -> Features:
     unstated = [w for w in feelings if stem(w) not in user_stems]
     hedged = [s for s in talk if HEDGE.search(s) and any(w in FEELINGS and stem(w) not in user_stems for w in words(s))]
     hits = _hits(response, " ".join(context.user_turns).lower())
+    # A reframe in the assistant's own voice ("just because I can't ... doesn't mean I'm ...") is
+    # about itself, not a new way for them to see what happened.
+    theirs = " ".join(s for s in talk if not (FIRST_PERSON & set(words(s)) and not SECOND_PERSON & set(words(s))))
+    hits["reframe"] = [m.group(0) for m in REFRAME.finditer(theirs)]
     hits["template"] += [f"(close to a support formula) {s}" for s, cos in zip(sents, sim_template) if cos >= TEMPLATE_SIM]
     for family, cosines in sim_harm.items():
         hits[family] += [
