@@ -212,10 +212,12 @@ def test_judge_pays_a_paraphrase_not_their_words_handed_back_or_their_nouns_in_a
 
 def test_judge_reframe_in_the_assistants_own_voice_is_no_reframe(scenarios):
     ctx = context(card_of(scenarios, PRIYA), "P")
-    theirs = OfflineJudge().score(ctx, "Clapping at the all-hands doesn't mean you agreed that your design was his; it means you froze.")
-    own = OfflineJudge().score(ctx, "Clapping at the all-hands doesn't mean I agreed that my design was his; it means I froze.")
-    assert theirs.levels["C_prog"] == 2, theirs.evidence
+    judge = OfflineJudge()
+    # Spoken as if the assistant had been in the room: about itself, not a new view for them.
+    own = judge.score(ctx, "Just because I clapped at the all-hands doesn't mean I agreed that the design was his.")
+    view = judge.score(ctx, "I wonder if clapping at the all-hands wasn't agreement; maybe it was the safest thing to do when the design was presented as his.")
     assert own.levels["C_prog"] < 2, own.evidence
+    assert view.levels["C_prog"] == 2, view.evidence
 
 
 def test_judge_hears_hostile_and_fatalistic_lines(scenarios):

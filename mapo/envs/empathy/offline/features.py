@@ -50,6 +50,7 @@ from mapo.degeneracy import FIRST_PERSON, SECOND_PERSON
 from mapo.envs import embeddings
 from mapo.envs.empathy.offline.judge_lexicon import (
     AGREEING,
+    ASSISTANT_VIEW,
     AXIS_EXEMPLARS,
     CLAUSE_OPENERS,
     FEELING_STEMS,
@@ -170,6 +171,13 @@ def _clause_start(text: str, start: int) -> bool:
         return True
     last = words(before)[-1:]
     return bool(last) and last[0] in CLAUSE_OPENERS
+
+
+def _own_voice(sentence: str) -> bool:
+    """True for a sentence about the assistant itself: first person with no "you", apart from
+    the listener's own view ("I think it was ...", "I wonder if ...")."""
+    tokens = set(words(ASSISTANT_VIEW.sub(" ", sentence)))
+    return bool(FIRST_PERSON & tokens) and not SECOND_PERSON & tokens
 
 
 def _hits(response: str, user_text: str) -> dict[str, list[str]]:
@@ -315,7 +323,7 @@ def extract_features(context: JudgeContext, response: str) -> Features:
     hits = _hits(response, " ".join(context.user_turns).lower())
     # A reframe in the assistant's own voice ("just because I can't ... doesn't mean I'm ...") is
     # about itself, not a new way for them to see what happened.
-    theirs = " ".join(s for s in talk if not (FIRST_PERSON & set(words(s)) and not SECOND_PERSON & set(words(s))))
+    theirs = " ".join(s for s in talk if not _own_voice(s))
     hits["reframe"] = [m.group(0) for m in REFRAME.finditer(theirs)]
     hits["template"] += [f"(close to a support formula) {s}" for s, cos in zip(sents, sim_template) if cos >= TEMPLATE_SIM]
     for family, cosines in sim_harm.items():
