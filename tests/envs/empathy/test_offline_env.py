@@ -142,6 +142,15 @@ def test_judge_penalises_repeating_an_earlier_reply(scenarios):
     assert near_copy.levels["A_neg"] == -1
 
 
+def test_judge_contentless_line_earns_nothing_and_said_again_brushes_them_off(scenarios):
+    card = card_of(scenarios, PRIYA)
+    judge = OfflineJudge()
+    first = judge.score(context(card, "P"), "Okay, I see. Thanks for telling me.")
+    again = judge.score(context(card, "P", own_turns=["Okay, I see. Thanks for telling me."]), "Okay, I see, thanks for telling me.")
+    assert not any(first.levels[k] for k in ("C_prog", "A_prog", "P_prog"))
+    assert again.levels["A_neg"] == -1 and not any(again.levels[k] for k in ("C_prog", "A_prog", "P_prog"))
+
+
 def test_judge_penalises_premature_advice_only_when_affect_is_deepest(scenarios):
     advice = "Send him one clear message this week, and if he doesn't answer, focus on making new friends at uni."
     dev = card_of(scenarios, DEV)
