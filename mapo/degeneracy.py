@@ -173,7 +173,8 @@ def fragment(reply: str) -> str | None:
 
 REDRAFT_SHARE = 0.4  # a quote in the first person that is this share of the reply's words ...
 REDRAFT_ECHO = 0.25  # ... with this share of its 4-grams theirs is their own message handed back
-_QUOTE_SPAN = re.compile(r"[\"\u201c]([^\"\u201d]+)(?:[\"\u201d]|$)")  # of any length; one never closed runs to the end
+# A quote of any length; one never closed runs to the end of the reply.
+_QUOTE_SPAN = re.compile(r"[\"\u201c]([^\"\u201d]+)(?:[\"\u201d]|$)")
 
 
 def _redraft(reply: str, user_texts: Sequence[str]) -> str | None:

@@ -153,7 +153,10 @@ def levels_from_features(f: Features, deepest_axis: str) -> tuple[dict[str, int]
             put("C_prog", 2, reframe[0])
         # Naming their nouns is not understanding them (a policy learns to drop their words into
         # a misreading): shared words count only in a close paraphrase of what they said.
-        elif h["reflect"] or f.questions or f.cue["C"] >= CUE_C1 or _close(f, "C1") or (len(f.shared) >= 2 and f.ground_sem >= PARAPHRASE):
+        elif (
+            h["reflect"] or f.questions or f.cue["C"] >= CUE_C1 or _close(f, "C1")
+            or (len(f.shared) >= 2 and f.ground_sem >= PARAPHRASE)
+        ):
             put("C_prog", 1, "names " + ", ".join(f.shared[:4]) if f.shared else f.cue_sentence["C"])
         deep = [w for w in f.unstated_feelings if w in DEEP_FEELINGS]
         resonance = f.hedged_unstated or deep or (h["resonance"] or _close(f, "A2") if f.unstated_feelings else [])
