@@ -22,7 +22,9 @@
   trivialising, minimising, invalidating, pressure, moralising) plus, for paraphrases,
   cosine >= TEMPLATE_SIM / HARM_SIM to banks of such formulas. A harm phrase inside
   quotes, echoing the user's own words, or reporting what someone said ("being told
-  to move on") does not count; "you're not overreacting" is validation, not harm.
+  to move on") does not count; "you're not overreacting" is validation, not harm. A
+  reframe phrase counts only outside sentences in the assistant's own voice (first person
+  without "you", apart from its view: "I wonder if ...").
 - feelings: feeling words in the talk; *unstated* ones the user has not used;
   *hedged unstated*: a talk sentence naming an unstated feeling tentatively
   ("maybe", "I wonder", "it sounds like", "underneath").

@@ -34,7 +34,7 @@ that reuses their words without sense. It is *grounded* when grounding >= GROUND
   C_neg -1: minimising or a platitude; rambling without DEEP_GROUNDED grounding; a
   moralising lecture that is not grounded.
 - A_neg -2: invalidating ("you're overreacting", "no reason to cry", "don't be so
-  dramatic"). A_neg -1, first that applies: a repeat of an earlier reply; any harm
+  dramatic"), hostile or fatalistic ("you're not going anywhere", "nothing will change"). A_neg -1, first that applies: a repeat of an earlier reply; any harm
   phrase or false reassurance; templated empathy; advice while the affective need is the
   deepest (state.deepest_axis() == "A", no A progress, at least half the sentences are
   directives); a reply of substance that earns nothing and whose grounding is below
