@@ -17,8 +17,8 @@ Each detector returns its evidence (a short quote) or None:
   three times, a sentence said twice, or a word three times in a row.
 - `fragment`: the reply stops mid-sentence (no final . ! ?), or trails off ("...").
 - `role_swap`: the assistant talks about its own life ("my wife", "our band", "I lost my job",
-  "me too") or retells the user's message in the first person (words in quotes are someone
-  else's, not its own).
+  "me too"), retells the user's message in the first person (words in quotes are someone
+  else's, not its own), or hands it back quoted as a message to send.
 - `invented`: a person, place or event presented as theirs ("your brother", "your
   doctor", "in Berlin") that neither the situation nor their messages mention.
 - `keyword_stuffing`: feeling or advice words strung together without sentences (few
@@ -44,6 +44,7 @@ SALAD_MAX_WORDS = 60  # (measured on replies of at most this many words)
 SALAD_COPY = 0.8  # share of a reply's content words taken from their story ...
 SALAD_MIN_CONTENT = 6  # ... over at least this many content words ...
 SALAD_ARTICLES = 0.2  # ... with no "you" at all, or articles this dense ("the X fixes the Y and the Z ...")
+FIRST_PERSON = frozenset("i i'm my me i've".split())
 SECOND_PERSON = frozenset("you your you're you've you'd you'll yourself yours".split())
 
 # "my <word>" that is about the conversation, not the assistant's own life.
@@ -170,7 +171,30 @@ def fragment(reply: str) -> str | None:
     return None
 
 
+REDRAFT_SHARE = 0.4  # a quote in the first person that is this share of the reply's words ...
+REDRAFT_ECHO = 0.25  # ... with this share of its 4-grams theirs is their own message handed back
+# A quote of any length; one never closed runs to the end of the reply.
+_QUOTE_SPAN = re.compile(r"[\"\u201c]([^\"\u201d]+)(?:[\"\u201d]|$)")
+
+
+def _redraft(reply: str, user_texts: Sequence[str]) -> str | None:
+    """Their own message handed back as text to send ("How about this: 'I've been ...'"). A short
+    quote of their words inside a reply that answers them is reflection, so the quote must carry
+    much of the reply."""
+    spans = [m.group(1) for m in _QUOTE_SPAN.finditer(reply)]
+    total = max(len(words(reply)), 1)
+    for span in spans:
+        tokens = words(span)
+        if (len(tokens) >= 6 and len(tokens) >= REDRAFT_SHARE * total and FIRST_PERSON & set(tokens)
+                and echo_rate(span, user_texts) >= REDRAFT_ECHO):
+            return f"hands their words back as a message: {span[:60]}"
+    return None
+
+
 def role_swap(reply: str, user_texts: Sequence[str]) -> str | None:
+    redraft = _redraft(reply, user_texts)
+    if redraft:
+        return redraft
     own_voice = QUOTED.sub(" ", reply)  # "hearing 'you're not my real dad'" quotes someone else
     m = _SELF_DISCLOSURE.search(own_voice)
     if m:
@@ -179,7 +203,7 @@ def role_swap(reply: str, user_texts: Sequence[str]) -> str | None:
     # whose word 4-grams are mostly theirs.
     for s in sentences(own_voice):
         tokens = words(s)
-        if len(tokens) >= 6 and {"i", "i'm", "my", "me", "i've"} & set(tokens) and echo_rate(s, user_texts) >= 0.5:
+        if len(tokens) >= 6 and FIRST_PERSON & set(tokens) and echo_rate(s, user_texts) >= 0.5:
             return f"speaks as the user: {s[:60]}"
     return None
 

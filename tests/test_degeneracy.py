@@ -68,6 +68,17 @@ def test_role_swap_finds_the_assistant_speaking_as_itself_or_as_them():
     assert role_swap("I wonder if you froze because speaking up once went badly.", PRIYA_SAID) is None
 
 
+def test_role_swap_finds_their_message_handed_back_as_text_to_send():
+    said = ["Our landlord kept the whole deposit over a scuff on the wall, and I didn't argue because I hate conflict."]
+    # Their own message, lightly reworded, offered back as something to send (closed or left open).
+    assert role_swap('Maybe send this: "Our landlord kept my whole deposit over a scuff on the wall and I did not argue."', said)
+    assert role_swap('What about: "Hi, the landlord kept the whole deposit over a scuff on the wall, I hate conflict', said)
+    # A short quote of their words inside a reply that answers them is reflection, and a
+    # second-person paraphrase is understanding: neither speaks as them.
+    assert role_swap('When you say "I hate conflict", it sounds like arguing felt riskier than losing the money.', said) is None
+    assert role_swap("Your landlord kept the whole deposit over one scuff on the wall, and you let it go to avoid a fight.", said) is None
+
+
 def test_invented_finds_people_and_places_they_never_mentioned():
     story = ["Her design lead, Rohit, presented her onboarding flow as his own.", *PRIYA_SAID]
     assert invented("Your brother's team must have seen it too.", story)

@@ -52,7 +52,7 @@ def env_try(
 
 @env_app.command("calibrate")
 def env_calibrate(
-    split: Annotated[str, typer.Option(help="Exemplars to score: heldout, calibration, adversarial, blind or all.")] = "heldout",
+    split: Annotated[str, typer.Option(help="Exemplars to score: heldout, calibration, adversarial, blind, policy or all.")] = "heldout",
     exemplars: Annotated[Optional[Path], typer.Option(help="Folder of exemplar .yaml files (default: bundled).")] = None,
     output: OutOpt = None,
 ) -> None:

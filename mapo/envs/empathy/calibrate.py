@@ -31,12 +31,13 @@ from mapo.envs.empathy.offline.features import JudgeContext
 from mapo.envs.empathy.roles import Judgement
 from mapo.types import AXES
 
-Split = Literal["calibration", "heldout", "adversarial", "blind", "all"]
+Split = Literal["calibration", "heldout", "adversarial", "blind", "policy", "all"]
 # calibration: tune on it; heldout: a regression guard (the bundled-card contexts and the
 # former blind sets, `former_blind/`); adversarial: degenerate replies of the failure families
 # below beside good replies to the same contexts; blind: written by someone who never saw the
-# judge, before any tuning against it, and read once at the end (`blind/`, absent until then).
-SPLITS = ("calibration", "heldout", "adversarial", "blind")
+# judge, before any tuning against it, and read once at the end (`blind/`, absent until then);
+# policy: replies trained policies actually produced, labelled by a careful rater (development).
+SPLITS = ("calibration", "heldout", "adversarial", "blind", "policy")
 # Degenerate replies a reward-seeking policy drifts to; none may earn progress (v . v*_0 <= 0).
 FAILURE_FAMILIES = (
     "word_salad", "loop", "role_swap", "off_topic", "invented", "fragment", "platitude", "keyword_stuffing",

@@ -176,3 +176,18 @@ def test_offline_judge_pays_nothing_for_degenerate_replies(adversarial):
         if family != "fragment":  # a cut reply earns nothing; what it said before the cut may be fine
             assert m["negative_level"] >= 0.8, (family, m)
     assert result["ranking"]["accuracy"] >= 0.9, result["ranking"]
+
+
+def test_offline_judge_on_what_trained_policies_say():
+    """The policy split: replies trained policies actually produced. A reward that pays them
+    trains toward them, so most of those a careful rater calls non-help must earn nothing
+    (the round-3 judge paid 55 of 75 and ordered 0.567 of the pairs)."""
+    items = load_exemplars("policy")
+    result = evaluate(OfflineJudge(), items)
+    progress = ("C_prog", "A_prog", "P_prog")
+    nonhelp = [p for p in result["predictions"] if not any(p["expected"][k] for k in progress)]
+    paid = [p for p in nonhelp if any(p["judged"][k] > 0 for k in progress)]
+    assert len(nonhelp) >= 60
+    assert len(paid) <= 0.6 * len(nonhelp), (len(paid), len(nonhelp))
+    assert result["ranking"]["accuracy"] >= 0.68, result["ranking"]
+

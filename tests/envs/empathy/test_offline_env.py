@@ -142,6 +142,15 @@ def test_judge_penalises_repeating_an_earlier_reply(scenarios):
     assert near_copy.levels["A_neg"] == -1
 
 
+def test_judge_contentless_line_earns_nothing_and_said_again_brushes_them_off(scenarios):
+    card = card_of(scenarios, PRIYA)
+    judge = OfflineJudge()
+    first = judge.score(context(card, "P"), "Okay, I see. Thanks for telling me.")
+    again = judge.score(context(card, "P", own_turns=["Okay, I see. Thanks for telling me."]), "Okay, I see, thanks for telling me.")
+    assert not any(first.levels[k] for k in ("C_prog", "A_prog", "P_prog"))
+    assert again.levels["A_neg"] == -1 and not any(again.levels[k] for k in ("C_prog", "A_prog", "P_prog"))
+
+
 def test_judge_penalises_premature_advice_only_when_affect_is_deepest(scenarios):
     advice = "Send him one clear message this week, and if he doesn't answer, focus on making new friends at uni."
     dev = card_of(scenarios, DEV)
@@ -196,6 +205,38 @@ def test_judge_hears_dismissal_reassurance_and_conditional_blame_in_grounded_rep
     assert "you'll be" not in str(reported.evidence)
     anyone = judge.score(ctx, "Watching Rohit take the applause for your onboarding flow would make anyone want to walk out.")
     assert anyone.levels["A_prog"] == 1 and "anyone" in anyone.evidence["A_prog"]
+
+
+def test_judge_pays_a_paraphrase_not_their_words_handed_back_or_their_nouns_in_a_misreading(scenarios):
+    ctx = context(card_of(scenarios, PRIYA), "P")
+    judge = OfflineJudge()
+    paraphrase = judge.score(ctx, "Your lead presented your design at the all-hands today as his own, and you clapped along.")
+    handed_back = judge.score(ctx, 'You could post this: "My lead presented my design at the all-hands today as his and I clapped."')
+    misreading = judge.score(ctx, "The all-hands is where your lead reviews every design the company ships each quarter.")
+    assert paraphrase.levels["C_prog"] >= 1, paraphrase.evidence
+    for judged in (handed_back, misreading):
+        assert not any(judged.levels[k] for k in ("C_prog", "A_prog", "P_prog")), judged.evidence
+    assert "role_swap" in handed_back.evidence["C_neg"]
+
+
+def test_judge_reframe_in_the_assistants_own_voice_is_no_reframe(scenarios):
+    ctx = context(card_of(scenarios, PRIYA), "P")
+    judge = OfflineJudge()
+    # Spoken as if the assistant had been in the room: about itself, not a new view for them.
+    own = judge.score(ctx, "Just because I clapped at the all-hands doesn't mean I agreed that the design was his.")
+    view = judge.score(ctx, "I wonder if clapping at the all-hands wasn't agreement; maybe it was the safest thing to do when the design was presented as his.")
+    assert own.levels["C_prog"] < 2, own.evidence
+    assert view.levels["C_prog"] == 2, view.evidence
+
+
+def test_judge_hears_hostile_and_fatalistic_lines(scenarios):
+    ctx = context(card_of(scenarios, PRIYA), "P")
+    for reply in (
+        "Your lead took the credit and nothing is ever going to change about that at your work.",
+        "You're not going anywhere with your designs, you'll just stay where you are and clap.",
+    ):
+        judged = OfflineJudge().score(ctx, reply)
+        assert judged.levels["A_neg"] == -2 and not any(judged.levels[k] for k in ("C_prog", "A_prog", "P_prog")), reply
 
 
 def test_judge_resonance_with_a_deep_unstated_feeling(scenarios):

@@ -22,7 +22,9 @@
   trivialising, minimising, invalidating, pressure, moralising) plus, for paraphrases,
   cosine >= TEMPLATE_SIM / HARM_SIM to banks of such formulas. A harm phrase inside
   quotes, echoing the user's own words, or reporting what someone said ("being told
-  to move on") does not count; "you're not overreacting" is validation, not harm.
+  to move on") does not count; "you're not overreacting" is validation, not harm. A
+  reframe phrase counts only outside sentences in the assistant's own voice (first person
+  without "you", apart from its view: "I wonder if ...").
 - feelings: feeling words in the talk; *unstated* ones the user has not used;
   *hedged unstated*: a talk sentence naming an unstated feeling tentatively
   ("maybe", "I wonder", "it sounds like", "underneath").
@@ -46,9 +48,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mapo import degeneracy
+from mapo.degeneracy import FIRST_PERSON, SECOND_PERSON
 from mapo.envs import embeddings
 from mapo.envs.empathy.offline.judge_lexicon import (
     AGREEING,
+    ASSISTANT_VIEW,
     AXIS_EXEMPLARS,
     CLAUSE_OPENERS,
     FEELING_STEMS,
@@ -62,6 +66,7 @@ from mapo.envs.empathy.offline.judge_lexicon import (
     NOT_SELF_CRITICISM,
     PATTERN_FAMILIES,
     PRESSURE,
+    REFRAME,
     REPORTED_SPEECH,
     REPORTING_WORDS,
     SUGGESTION,
@@ -168,6 +173,13 @@ def _clause_start(text: str, start: int) -> bool:
         return True
     last = words(before)[-1:]
     return bool(last) and last[0] in CLAUSE_OPENERS
+
+
+def _own_voice(sentence: str) -> bool:
+    """True for a sentence about the assistant itself: first person with no "you", apart from
+    the listener's own view ("I think it was ...", "I wonder if ...")."""
+    tokens = set(words(ASSISTANT_VIEW.sub(" ", sentence)))
+    return bool(FIRST_PERSON & tokens) and not SECOND_PERSON & tokens
 
 
 def _hits(response: str, user_text: str) -> dict[str, list[str]]:
@@ -311,6 +323,10 @@ def extract_features(context: JudgeContext, response: str) -> Features:
     unstated = [w for w in feelings if stem(w) not in user_stems]
     hedged = [s for s in talk if HEDGE.search(s) and any(w in FEELINGS and stem(w) not in user_stems for w in words(s))]
     hits = _hits(response, " ".join(context.user_turns).lower())
+    # A reframe in the assistant's own voice ("just because I can't ... doesn't mean I'm ...") is
+    # about itself, not a new way for them to see what happened.
+    theirs = " ".join(s for s in talk if not _own_voice(s))
+    hits["reframe"] = [m.group(0) for m in REFRAME.finditer(theirs)]
     hits["template"] += [f"(close to a support formula) {s}" for s, cos in zip(sents, sim_template) if cos >= TEMPLATE_SIM]
     for family, cosines in sim_harm.items():
         hits[family] += [

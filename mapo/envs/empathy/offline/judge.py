@@ -18,8 +18,9 @@ that reuses their words without sense. It is *grounded* when grounding >= GROUND
 
 - C_prog 2: grounded, a reframe or resonance phrase ("maybe it isn't ...", "rather
   than", "says more about") or C2 exemplar, and grounding >= DEEP_GROUNDED.
-  C_prog 1: grounded and a reflection ("so ...", "it sounds like"), a question, two
-  shared stems, cue[C] >= CUE_C1 or the C1 exemplar.
+  C_prog 1: grounded and a reflection ("so ...", "it sounds like"), a question,
+  cue[C] >= CUE_C1, the C1 exemplar, or two shared stems in a paraphrase (a talk sentence
+  with cosine >= PARAPHRASE to one of theirs): their nouns in a misreading are not understanding.
 - A_prog 2: grounded, a hedged unstated feeling, an unstated *deep* one (shame, grief,
   fear, feeling invisible: what lies under the stated anger or sadness), or a resonance
   phrase / A2 exemplar with an unstated feeling, and cue[A] >= CUE_A2 (or, for a deep one,
@@ -33,7 +34,7 @@ that reuses their words without sense. It is *grounded* when grounding >= GROUND
   C_neg -1: minimising or a platitude; rambling without DEEP_GROUNDED grounding; a
   moralising lecture that is not grounded.
 - A_neg -2: invalidating ("you're overreacting", "no reason to cry", "don't be so
-  dramatic"). A_neg -1, first that applies: a repeat of an earlier reply; any harm
+  dramatic"), hostile or fatalistic ("you're not going anywhere", "nothing will change"). A_neg -1, first that applies: a repeat of an earlier reply; any harm
   phrase or false reassurance; templated empathy; advice while the affective need is the
   deepest (state.deepest_axis() == "A", no A progress, at least half the sentences are
   directives); a reply of substance that earns nothing and whose grounding is below
@@ -70,6 +71,7 @@ CUE_P = 0.35  # cue[P] that lets empowerment count without grounding
 ADVICE_FIT = 0.2  # advice_fit below which a suggestion is off the point
 EXEMPLAR = 0.65  # cosine to our move exemplars that counts as that move
 REPETITION = 0.8  # cosine to an earlier reply that counts as repeating it
+PARAPHRASE = 0.6  # cosine of a talk sentence to one of theirs that makes shared words a paraphrase
 RAMBLING_WORDS = 110  # longer replies bury the point
 
 # Failure families and the rubric's negative levels for them: text that misreads or ignores
@@ -149,7 +151,12 @@ def levels_from_features(f: Features, deepest_axis: str) -> tuple[dict[str, int]
         reframe = h["reframe"] or h["resonance"] or _close(f, "C2")
         if reframe and f.grounding >= DEEP_GROUNDED:
             put("C_prog", 2, reframe[0])
-        elif h["reflect"] or f.questions or len(f.shared) >= 2 or f.cue["C"] >= CUE_C1 or _close(f, "C1"):
+        # Naming their nouns is not understanding them (a policy learns to drop their words into
+        # a misreading): shared words count only in a close paraphrase of what they said.
+        elif (
+            h["reflect"] or f.questions or f.cue["C"] >= CUE_C1 or _close(f, "C1")
+            or (len(f.shared) >= 2 and f.ground_sem >= PARAPHRASE)
+        ):
             put("C_prog", 1, "names " + ", ".join(f.shared[:4]) if f.shared else f.cue_sentence["C"])
         deep = [w for w in f.unstated_feelings if w in DEEP_FEELINGS]
         resonance = f.hedged_unstated or deep or (h["resonance"] or _close(f, "A2") if f.unstated_feelings else [])

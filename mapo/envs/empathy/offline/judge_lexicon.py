@@ -174,6 +174,14 @@ INVALIDATING = _patterns(
     r"calm down",
     r"you knew this would happen",
     r"you'?re making it",
+    # Hostile or fatalistic: their situation declared fixed, or the fault all theirs.
+    r"you'?re not going anywhere",
+    r"you'?re (?:just )?going to (?:stay|be stuck|remain) (?:here|there|like this|stuck|where you are)",
+    r"(?:you'?ll|you will) never (?:change|get better|get past|get over|move on|be (?:okay|happy|enough))",
+    r"nothing(?:'s| is| will)? (?:ever )?(?:going to )?(?:ever )?change\b",
+    r"it(?: will|'s| is) never (?:going to )?change\b",
+    r"there'?s no (?:hope|way out)\b",
+    r"it'?s (?:just|all) you\b(?!r)",
 )
 # Pressure: telling them what to do.
 PRESSURE = _patterns(
@@ -508,6 +516,11 @@ REPORTING_WORDS = frozenset(
 )
 HARM_FAMILIES = ("template", "reassurance", "platitude", "trivialising", "minimising", "invalidating", "pressure", "moralising")
 # Agreeing with their own dismissal ("you're right, it's only a race") makes it the reply's.
+# The listener giving its view of their story, not talking about itself.
+ASSISTANT_VIEW = re.compile(
+    r"\bi(?:'m| am)? (?:think|wonder|guess|imagine|suspect|notice|hear|sense|wondering)\b|\bmy (?:guess|sense|read)\b",
+    re.IGNORECASE,
+)
 AGREEING = re.compile(r"\b(?:you'?re|you are) (?:right|correct)[,;:]?\s*$|\b(?:i agree|exactly|fair enough)[,;:]\s*$", re.IGNORECASE)
 # A harm phrase inside a clause that weighs their options ("whether to keep going or let it go")
 # reports their dilemma; it does not tell them anything.
