@@ -66,7 +66,6 @@ from mapo.envs.empathy.offline.judge_lexicon import (
     NOT_SELF_CRITICISM,
     PATTERN_FAMILIES,
     PRESSURE,
-    REFRAME,
     REPORTED_SPEECH,
     REPORTING_WORDS,
     SUGGESTION,
@@ -182,11 +181,13 @@ def _own_voice(sentence: str) -> bool:
     return bool(FIRST_PERSON & tokens) and not SECOND_PERSON & tokens
 
 
-def _hits(response: str, user_text: str) -> dict[str, list[str]]:
+def _hits(response: str, user_text: str, talk: list[str]) -> dict[str, list[str]]:
     """Phrases of each family. Harm phrases inside quotes, echoing the user's own words (unless
     the reply agrees with them: "you're right, it's only a race"), reporting what someone
     thinks, or denied ("it isn't petty") do not count; pressure counts only where it opens a
-    clause."""
+    clause. A reframe counts only in talk sentences not in the assistant's own voice ("just
+    because I can't ... doesn't mean I'm ..." is about itself, not a new way for them to see
+    what happened)."""
     unquoted = QUOTED.sub(" ", response)
     denied = [m.span() for m in NOT_SELF_CRITICISM.finditer(unquoted)]  # "it isn't petty to ..."
     out = {}
@@ -202,6 +203,9 @@ def _hits(response: str, user_text: str) -> dict[str, list[str]]:
                 m.group(0) for m in found
                 if m.group(0).lower() not in user_text or AGREEING.search(unquoted[: m.start()])
             ]
+        elif name == "reframe":
+            theirs = " ".join(s for s in talk if not _own_voice(s))
+            out[name] = [m.group(0) for m in pattern.finditer(theirs)]
         else:
             out[name] = [m.group(0) for m in pattern.finditer(response)]
     return out
@@ -322,11 +326,7 @@ def extract_features(context: JudgeContext, response: str) -> Features:
     feelings = [w for w in words(talk_text) if w in FEELINGS]
     unstated = [w for w in feelings if stem(w) not in user_stems]
     hedged = [s for s in talk if HEDGE.search(s) and any(w in FEELINGS and stem(w) not in user_stems for w in words(s))]
-    hits = _hits(response, " ".join(context.user_turns).lower())
-    # A reframe in the assistant's own voice ("just because I can't ... doesn't mean I'm ...") is
-    # about itself, not a new way for them to see what happened.
-    theirs = " ".join(s for s in talk if not _own_voice(s))
-    hits["reframe"] = [m.group(0) for m in REFRAME.finditer(theirs)]
+    hits = _hits(response, " ".join(context.user_turns).lower(), talk)
     hits["template"] += [f"(close to a support formula) {s}" for s, cos in zip(sents, sim_template) if cos >= TEMPLATE_SIM]
     for family, cosines in sim_harm.items():
         hits[family] += [

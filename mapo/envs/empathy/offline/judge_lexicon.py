@@ -515,12 +515,12 @@ REPORTING_WORDS = frozenset(
     " say says saying said".split()
 )
 HARM_FAMILIES = ("template", "reassurance", "platitude", "trivialising", "minimising", "invalidating", "pressure", "moralising")
-# Agreeing with their own dismissal ("you're right, it's only a race") makes it the reply's.
 # The listener giving its view of their story, not talking about itself.
 ASSISTANT_VIEW = re.compile(
     r"\bi(?:'m| am)? (?:think|wonder|guess|imagine|suspect|notice|hear|sense|wondering)\b|\bmy (?:guess|sense|read)\b",
     re.IGNORECASE,
 )
+# Agreeing with their own dismissal ("you're right, it's only a race") makes it the reply's.
 AGREEING = re.compile(r"\b(?:you'?re|you are) (?:right|correct)[,;:]?\s*$|\b(?:i agree|exactly|fair enough)[,;:]\s*$", re.IGNORECASE)
 # A harm phrase inside a clause that weighs their options ("whether to keep going or let it go")
 # reports their dilemma; it does not tell them anything.
