@@ -239,6 +239,22 @@ def test_judge_hears_hostile_and_fatalistic_lines(scenarios):
         assert judged.levels["A_neg"] == -2 and not any(judged.levels[k] for k in ("C_prog", "A_prog", "P_prog")), reply
 
 
+def test_judge_meta_replies_and_asking_for_more_earn_no_reframe(scenarios):
+    """A reply about itself as a machine, or about the text it is writing, says nothing to them;
+    asking to hear more is a question, not a new way to see what happened."""
+    ctx = context(card_of(scenarios, PRIYA), "P")
+    judge = OfflineJudge()
+    for reply in (
+        "I'm sorry, but as an AI model I don't have the ability to see your design or the all-hands.",
+        "This sentence captures the tension between your lead and your design at the all-hands.",
+    ):
+        judged = judge.score(ctx, reply)
+        assert not any(judged.levels[k] for k in ("C_prog", "A_prog", "P_prog")), judged.evidence
+        assert judged.levels["C_neg"] == -1 and judged.levels["A_neg"] == -1, judged.evidence
+    more = judge.score(ctx, "Can you tell me more about the all-hands and how your lead presented your design?")
+    assert more.levels["C_prog"] == 1, more.evidence
+
+
 def test_judge_resonance_with_a_deep_unstated_feeling(scenarios):
     """A deep feeling they have not named, close to their story, is resonance even when the card
     has no validation cue to match (here: none at all)."""
