@@ -142,13 +142,24 @@ def test_judge_penalises_repeating_an_earlier_reply(scenarios):
     assert near_copy.levels["A_neg"] == -1
 
 
-def test_judge_contentless_line_earns_nothing_and_said_again_brushes_them_off(scenarios):
+def test_judge_contentless_line_is_performed_comfort_and_said_again_brushes_them_off(scenarios):
+    """A line that could be said to anyone earns nothing and costs A_neg -1 the first time already:
+    a policy whose attempts draw penalties must not find a zero-scored harbour in saying nothing."""
     card = card_of(scenarios, PRIYA)
     judge = OfflineJudge()
     first = judge.score(context(card, "P"), "Okay, I see. Thanks for telling me.")
     again = judge.score(context(card, "P", own_turns=["Okay, I see. Thanks for telling me."]), "Okay, I see, thanks for telling me.")
-    assert not any(first.levels[k] for k in ("C_prog", "A_prog", "P_prog"))
-    assert again.levels["A_neg"] == -1 and not any(again.levels[k] for k in ("C_prog", "A_prog", "P_prog"))
+    for judged in (first, again):
+        assert judged.levels["A_neg"] == -1 and not any(judged.levels[k] for k in ("C_prog", "A_prog", "P_prog"))
+    for line in (  # what a trained 135M policy said on held-out cards
+        "I'm glad you're here. It's not just about you, it's about the whole world.",
+        "I'm here to support you, and I'm ready to help find a new path.",
+    ):
+        judged = judge.score(context(card, "P"), line)
+        assert judged.levels["A_neg"] == -1 and not any(judged.levels[k] for k in ("C_prog", "A_prog", "P_prog")), line
+    # asking about their story is not contentless, and neither is a plain paraphrase
+    asked = judge.score(context(card, "P"), "What happened after the all-hands, when your lead presented the design?")
+    assert asked.levels["A_neg"] == 0, asked.evidence
 
 
 def test_judge_penalises_premature_advice_only_when_affect_is_deepest(scenarios):
@@ -237,6 +248,22 @@ def test_judge_hears_hostile_and_fatalistic_lines(scenarios):
     ):
         judged = OfflineJudge().score(ctx, reply)
         assert judged.levels["A_neg"] == -2 and not any(judged.levels[k] for k in ("C_prog", "A_prog", "P_prog")), reply
+
+
+def test_judge_meta_replies_and_asking_for_more_earn_no_reframe(scenarios):
+    """A reply about itself as a machine, or about the text it is writing, says nothing to them;
+    asking to hear more is a question, not a new way to see what happened."""
+    ctx = context(card_of(scenarios, PRIYA), "P")
+    judge = OfflineJudge()
+    for reply in (
+        "I'm sorry, but as an AI model I don't have the ability to see your design or the all-hands.",
+        "This sentence captures the tension between your lead and your design at the all-hands.",
+    ):
+        judged = judge.score(ctx, reply)
+        assert not any(judged.levels[k] for k in ("C_prog", "A_prog", "P_prog")), judged.evidence
+        assert judged.levels["C_neg"] == -1 and judged.levels["A_neg"] == -1, judged.evidence
+    more = judge.score(ctx, "Can you tell me more about the all-hands and how your lead presented your design?")
+    assert more.levels["C_prog"] == 1, more.evidence
 
 
 def test_judge_resonance_with_a_deep_unstated_feeling(scenarios):

@@ -38,7 +38,7 @@ that reuses their words without sense. It is *grounded* when grounding >= GROUND
   phrase or false reassurance; templated empathy; advice while the affective need is the
   deepest (state.deepest_axis() == "A", no A progress, at least half the sentences are
   directives); a reply of substance that earns nothing and whose grounding is below
-  GENERIC (generic comfort).
+  GENERIC or that carries at most one word of theirs and asks nothing (generic comfort).
 - Degenerate families add C_neg -1 where they misread or ignore the story (word salad,
   role swap, off topic, invented, keyword stuffing) and A_neg -1 for repetition or
   performed empathy (loop, role swap, off topic, keyword stuffing), when not already set.
@@ -144,7 +144,7 @@ def levels_from_features(f: Features, deepest_axis: str) -> tuple[dict[str, int]
     harmful = bool(h["invalidating"] or h["trivialising"] or h["moralising"] or h["minimising"] or h["reassurance"])
     degenerate = f.degenerate
     earns = f.n_words >= MIN_WORDS and not (
-        repeated or rambling or harmful or templated or h["platitude"] or degenerate
+        repeated or rambling or harmful or templated or h["platitude"] or h["meta"] or degenerate
     )
 
     if earns and grounded and f.sentences != f.directives:
@@ -179,6 +179,8 @@ def levels_from_features(f: Features, deepest_axis: str) -> tuple[dict[str, int]
         put("C_neg", -2, h["trivialising"][0])
     elif h["minimising"] or h["platitude"]:
         put("C_neg", -1, (h["minimising"] or h["platitude"])[0])
+    elif h["meta"]:
+        put("C_neg", -1, "talks about itself or its text, not them: " + h["meta"][0])
     elif rambling and f.grounding < DEEP_GROUNDED:
         put("C_neg", -1, f"{f.n_words} words that bury their point")
     elif h["moralising"] and not grounded:
@@ -192,9 +194,15 @@ def levels_from_features(f: Features, deepest_axis: str) -> tuple[dict[str, int]
         put("A_neg", -1, (h["trivialising"] or h["minimising"] or h["moralising"] or h["reassurance"])[0])
     elif templated:
         put("A_neg", -1, h["template"][0])
+    elif h["meta"]:
+        put("A_neg", -1, "no one is listening to them: " + h["meta"][0])
     elif deepest_axis == "A" and lv["A_prog"] == 0 and f.directives and 2 * len(f.directives) >= len(f.sentences):
         put("A_neg", -1, "advice while the affective need is deepest: " + f.directives[0])
-    elif f.grounding < GENERIC and f.n_words >= MIN_WORDS and not any(lv[k] for k in ("C_prog", "A_prog", "P_prog")):
+    elif f.n_words >= MIN_WORDS and not any(lv[k] for k in ("C_prog", "A_prog", "P_prog")) and (
+        f.grounding < GENERIC or (len(f.shared) <= 1 and not f.questions and not degenerate)
+    ):
+        # Comfort that could be said to anyone is performed, not given: a contentless line must
+        # not be a zero-cost harbour for a policy that has learned its attempts are punished.
         put("A_neg", -1, "generic: nothing from their story")
 
     # Degenerate text earns nothing (above) and, where the rubric has a level for it, loses:

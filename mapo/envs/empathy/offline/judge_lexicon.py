@@ -68,6 +68,16 @@ PLATITUDE = _patterns(
     r"everyone (?:goes through|feels|knows)",
     r"(?:women|men|kids|teenagers|old people) always",
 )
+# The reply talking about itself as a machine or about the text it is writing ("as an AI, I
+# don't have access to ...", "This sentence is a delicate balance ..."): nothing said to them.
+META = _patterns(
+    r"as an? (?:[\w-]+ )?(?:ai|chatbot|language model|virtual assistant)",
+    r"i'?m (?:just )?an? (?:ai|chatbot|language model|virtual assistant)",
+    r"i (?:don'?t|do not) have (?:the )?(?:capability|ability) to",
+    r"i (?:can'?t|cannot) (?:access|browse|see) (?:your|the internet|personal)",
+    r"this (?:sentence|version|rewrite|draft|paragraph) (?:is|uses|reads|works|captures)",
+    r"^(?:premise|alternative|revised version|rewritten)(?=\s*:)",
+)
 # False reassurance and cheerleading: promising an outcome or someone else's mind that no one
 # can know ("I'm sure it'll work out", "before you know it"); performed comfort, however grounded.
 REASSURANCE = _patterns(
@@ -303,7 +313,7 @@ REFRAME = _patterns(
     r"another way",
     r"instead of",
     r"not a (?:verdict|sign|reset|failure)",
-    r"(?:less|more) (?:a|about|like)\b",
+    r"(?<!tell me )(?<!hear )(?<!know )(?<!learn )(?:less|more) (?:a|about|like)\b",  # not "tell me more about"
     r"more likely (?:to be )?(?:something|a|an|the|about|that)",
     r"sign of",
     r"often (?:means|shows|the|where)",
@@ -496,6 +506,7 @@ PATTERN_FAMILIES = {
     "template": TEMPLATE,
     "reassurance": REASSURANCE,
     "platitude": PLATITUDE,
+    "meta": META,
     "trivialising": TRIVIALISING,
     "minimising": MINIMISING,
     "invalidating": INVALIDATING,
