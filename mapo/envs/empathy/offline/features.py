@@ -36,6 +36,8 @@
   OFF_TOPIC_SHARE of the talk's words in sentences whose best cosine to their story and
   cues is below OFF_TOPIC, with fewer than OFF_TOPIC_SHARED stems of theirs and at least
   OFF_TOPIC_OWN of its own (generic comfort has few: it is templated instead).
+  And *meta*: the reply talking about itself as a machine or about its own text ("as an AI,
+  I don't have access to ...", "This sentence is ...").
 
 The thresholds below are the judge's too; `mapo env calibrate` measures them.
 """
@@ -346,6 +348,8 @@ def extract_features(context: JudgeContext, response: str) -> Features:
         own = content_stems(talk_text) - FEELING_STEMS
         if astray >= OFF_TOPIC_SHARE and len(own & context_stems) < OFF_TOPIC_SHARED and len(own - context_stems) >= OFF_TOPIC_OWN:
             degenerate["off_topic"] = f"{astray:.0%} of its words are about something else"
+    if hits["meta"]:  # about itself as a machine or about its own text: nothing said to them
+        degenerate["meta"] = hits["meta"][0]
     return Features(
         n_words=len(words(response)),
         sentences=sents,

@@ -40,8 +40,8 @@ that reuses their words without sense. It is *grounded* when grounding >= GROUND
   directives); a reply of substance that earns nothing and whose grounding is below
   GENERIC or that carries at most one word of theirs and asks nothing (generic comfort).
 - Degenerate families add C_neg -1 where they misread or ignore the story (word salad,
-  role swap, off topic, invented, keyword stuffing) and A_neg -1 for repetition or
-  performed empathy (loop, role swap, off topic, keyword stuffing), when not already set.
+  role swap, off topic, meta, invented, keyword stuffing) and A_neg -1 for repetition or
+  performed empathy (loop, role swap, off topic, meta, keyword stuffing), when not already set.
 - P_neg -2: moralising, blaming or guilt-tripping ("your own fault", "be grateful",
   "family comes first"). P_neg -1: pressure ("you need to", "you should", "just tell
   them").
@@ -77,8 +77,8 @@ RAMBLING_WORDS = 110  # longer replies bury the point
 # Failure families and the rubric's negative levels for them: text that misreads or ignores
 # their story (C_neg -1); repetition, or empathy performed with no one in it (A_neg -1). A
 # fragment only earns nothing: what it says before the cut may be fine.
-C_NEG_FAMILIES = frozenset({"word_salad", "role_swap", "off_topic", "invented", "keyword_stuffing"})
-A_NEG_FAMILIES = frozenset({"loop", "role_swap", "off_topic", "keyword_stuffing"})
+C_NEG_FAMILIES = frozenset({"word_salad", "role_swap", "off_topic", "meta", "invented", "keyword_stuffing"})
+A_NEG_FAMILIES = frozenset({"loop", "role_swap", "off_topic", "meta", "keyword_stuffing"})
 
 
 class OfflineJudge:
@@ -144,7 +144,7 @@ def levels_from_features(f: Features, deepest_axis: str) -> tuple[dict[str, int]
     harmful = bool(h["invalidating"] or h["trivialising"] or h["moralising"] or h["minimising"] or h["reassurance"])
     degenerate = f.degenerate
     earns = f.n_words >= MIN_WORDS and not (
-        repeated or rambling or harmful or templated or h["platitude"] or h["meta"] or degenerate
+        repeated or rambling or harmful or templated or h["platitude"] or degenerate
     )
 
     if earns and grounded and f.sentences != f.directives:
@@ -179,8 +179,6 @@ def levels_from_features(f: Features, deepest_axis: str) -> tuple[dict[str, int]
         put("C_neg", -2, h["trivialising"][0])
     elif h["minimising"] or h["platitude"]:
         put("C_neg", -1, (h["minimising"] or h["platitude"])[0])
-    elif h["meta"]:
-        put("C_neg", -1, "talks about itself or its text, not them: " + h["meta"][0])
     elif rambling and f.grounding < DEEP_GROUNDED:
         put("C_neg", -1, f"{f.n_words} words that bury their point")
     elif h["moralising"] and not grounded:
@@ -194,8 +192,6 @@ def levels_from_features(f: Features, deepest_axis: str) -> tuple[dict[str, int]
         put("A_neg", -1, (h["trivialising"] or h["minimising"] or h["moralising"] or h["reassurance"])[0])
     elif templated:
         put("A_neg", -1, h["template"][0])
-    elif h["meta"]:
-        put("A_neg", -1, "no one is listening to them: " + h["meta"][0])
     elif deepest_axis == "A" and lv["A_prog"] == 0 and f.directives and 2 * len(f.directives) >= len(f.sentences):
         put("A_neg", -1, "advice while the affective need is deepest: " + f.directives[0])
     elif f.n_words >= MIN_WORDS and not any(lv[k] for k in ("C_prog", "A_prog", "P_prog")) and (
