@@ -127,3 +127,48 @@ def reward_trend(metrics: Sequence[dict[str, Any]]) -> str:
         f"reward_mean: steps {steps[0]}-{steps[k - 1]} {np.mean(rewards[:k]):+.3f} -> "
         f"steps {steps[-k]}-{steps[-1]} {np.mean(rewards[-k:]):+.3f} (slope {slope:+.3f} per step)"
     )
+
+
+def monitor_worst_mover(metrics: Sequence[dict[str, Any]]) -> str:
+    """The reward-hacking monitor's signal that moved most the wrong way, first third of the
+    steps against the last third ("nothing worse" when none did); "" without monitor figures."""
+    from mapo.evaluate.empa import HACKING_HIGHER_IS_BETTER, HACKING_LABELS
+
+    k = max(1, len(metrics) // 3)
+    moves = []
+    for key, label in HACKING_LABELS.items():
+        values = [m[key] for m in metrics if key in m]
+        if len(values) < 2:
+            continue
+        first, last = float(np.mean(values[:k])), float(np.mean(values[-k:]))
+        worse_by = (first - last) if key in HACKING_HIGHER_IS_BETTER else (last - first)
+        moves.append((worse_by, label, first, last))
+    if not moves:
+        return ""
+    worse_by, label, first, last = max(moves)
+    if worse_by <= 0:
+        return "monitor: no signal worse than at the start"
+    return f"monitor: worst mover {label} {first:.3f} -> {last:.3f} (first vs last third of the steps)"
+
+
+def training_summary(metrics: Sequence[dict[str, Any]], run_dir: str, base_model: str) -> list[str]:
+    """What `mapo train` prints at the end: the reward of the first and last steps and its trend,
+    the monitor's worst mover, where the run and its report are, and the evaluations to run next
+    (the trained policy and `base_model`, the policy it started from)."""
+    lines = []
+    if metrics:
+        first, last = metrics[0], metrics[-1]
+        lines.append(
+            f"reward_mean: step {first['step']} {first['reward_mean']:+.3f}, step {last['step']} {last['reward_mean']:+.3f}"
+        )
+    lines.append(reward_trend(metrics))
+    worst = monitor_worst_mover(metrics)
+    if worst:
+        lines.append(worst)
+    lines += [
+        f"Run folder: {run_dir}",
+        f"Report: {run_dir}/report.html",
+        f"Next: mapo eval --model {run_dir} --output {run_dir}/eval && mapo eval --model {base_model} --output {run_dir}/eval-base"
+        f" && mapo compare {run_dir}/eval-base {run_dir}/eval",
+    ]
+    return lines

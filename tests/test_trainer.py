@@ -150,7 +150,11 @@ def test_mapo_train_end_to_end_writes_the_run_folder(tmp_path):
     out = tmp_path / "run"
     result = CliRunner().invoke(app, ["train", "--output", str(out), *sum((["--set", s] for s in TINY), [])])
     assert result.exit_code == 0, result.output
-    assert result.output.strip().endswith(f"Run folder: {out}")
+    summary = result.output.strip().splitlines()[-6:]
+    assert summary[0].startswith("reward_mean: step 1 ") and ", step 3 " in summary[0]
+    assert summary[2].startswith("monitor: ")
+    assert summary[3:5] == [f"Run folder: {out}", f"Report: {out}/report.html"]
+    assert summary[5].startswith(f"Next: mapo eval --model {out} ") and "mapo compare" in summary[5]
     assert load_config(out / "config.yaml").env.name == ENV
     metrics = RunFolder(out).read_metrics()
     assert [m["step"] for m in metrics] == [1, 2, 3]

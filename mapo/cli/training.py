@@ -41,7 +41,10 @@ def train(
         typer.echo(f"Interrupted after step {err.step}; checkpoint saved. Continue with: mapo train --resume {err.run_dir}")
         raise typer.Exit(130) from None
     from mapo.run_folder import RunFolder
-    from mapo.records import reward_trend
+    from mapo.records import training_summary
 
-    typer.echo(reward_trend(RunFolder(run_dir).read_metrics()))
-    typer.echo(f"Run folder: {run_dir}")
+    from mapo.config import load_config
+
+    base_model = load_config(Path(run_dir) / "config.yaml").policy.model
+    for line in training_summary(RunFolder(run_dir).read_metrics(), str(run_dir), base_model):
+        typer.echo(line)
