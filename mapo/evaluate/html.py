@@ -40,6 +40,11 @@ summary { cursor: pointer; } .meta { color: #666; font-size: 13px; }
 .vec { font-family: ui-monospace, Menlo, monospace; font-size: 12px; white-space: nowrap; }
 .pos { color: #2f8f4e; } .neg { color: #c2452d; } .legend span { margin-right: 14px; font-size: 12px; }
 .kv td:first-child { color: #555; width: 40%; }
+pre { overflow-x: auto; } svg, img { max-width: 100%; height: auto; }
+@media (max-width: 700px) {  /* a phone: wide tables scroll inside themselves, never the page */
+  body { margin: 12px auto; padding: 0 10px; } table { display: block; overflow-x: auto; }
+  .msg { max-width: 70vw; }
+}
 """
 
 
@@ -197,7 +202,8 @@ def summary_table(summary: Mapping[str, Any]) -> str:
 
 def page(title: str, body: str) -> str:
     return (
-        f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{esc(title)}</title>"
+        f"<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        f"<meta name='viewport' content='width=device-width, initial-scale=1'><title>{esc(title)}</title>"
         f"<style>{STYLE}</style></head><body>{body}</body></html>\n"
     )
 
