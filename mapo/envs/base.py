@@ -70,7 +70,12 @@ EnvironmentFactory = Callable[..., Environment]
 ENVIRONMENTS: Registry[EnvironmentFactory] = Registry(
     "environment",
     group="mapo.environments",
-    builtins={"empathy": "mapo.envs.empathy.env:EmpathyEnvironment", "emotion": "mapo.envs.emotion.env:EmotionEnvironment"},
+    builtins={
+        "empathy": "mapo.envs.empathy.env:EmpathyEnvironment",
+        "emotion": "mapo.envs.emotion.env:EmotionEnvironment",
+        "twenty-questions": "mapo.envs.questioning.env:TwentyQuestionsEnvironment",
+        "troubleshooting": "mapo.envs.questioning.env:TroubleshootingEnvironment",
+    },
 )
 
 
