@@ -65,6 +65,7 @@ class QuestioningEnvironment:
     )
     transcript_keys = TRANSCRIPT_KEYS
     reference_players = ("player:optimal", "player:random")
+    reply_limits = {"max_new_tokens": 32, "max_sentences": 1}  # one short question or guess per reply
     dialogue_summary = staticmethod(game_summary)
 
     def __init__(self, pool_size: int = 8, max_turns: int | None = None, solve_bits: float = 1.0, pool_seed: int = 0) -> None:
