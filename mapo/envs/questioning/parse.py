@@ -8,8 +8,8 @@ A phrase (or a candidate name) occurs in a reply when its words occur there cons
   ("Guess: cup or fork" guesses nothing).
 - Anything else is a question. It is valid when all of these hold, and then asks the one
   attribute it names:
-  1. it holds exactly one "?" and ends with it (several questions, and a reply cut
-     mid-question, are invalid);
+  1. it holds exactly one "?" and ends with it, closing quotes or brackets aside (several
+     questions, and a reply cut mid-question, are invalid);
   2. no negation (not, no, never, nor, neither, none, nothing, without): the answer to
      "Is it not alive?" would be ambiguous;
   3. no candidate's name ("Is it a cup or a fork?" is neither a question nor a guess);
@@ -91,7 +91,7 @@ def _parse_guess(rest: str, table: Table) -> Move:
 
 
 def parse_question(text: str, table: Table) -> Move:
-    text = text.strip()
+    text = text.strip().rstrip("\"'\u201d\u2019)").rstrip()  # a closing quote or bracket after the "?"
     if text.count("?") != 1 or not text.endswith("?"):
         return Move("invalid", reason="not_one_question" if text else "empty")
     said = words(text)

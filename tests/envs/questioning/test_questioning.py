@@ -133,6 +133,7 @@ def test_a_scenario_fixes_its_pool_for_every_dialogue():
         ("Is it alive?", "question", "alive"),
         ("  is it a LIVING thing?  ", "question", "alive"),  # a phrase of the same attribute
         ("Could it be used for sport?", "question", "play"),
+        ('"Is it a container?"', "question", "container"),  # quoted
         ("Is it alive and round?", "invalid", "several_attributes"),  # compound
         ("Is it alive, round, soft or sharp?", "invalid", "several_attributes"),  # enumeration of attributes
         ("Is it a cup or a fork?", "invalid", "names_candidate"),  # listing candidates is not a guess
