@@ -323,3 +323,13 @@ def test_mapo_train_by_name_with_the_tiny_model(tmp_path):
     assert {"env_success_rate", "env_invalid_rate", "env_bits_mean"} <= set(metrics[0])
     turn = json.loads((out / "transcripts.jsonl").read_text().splitlines()[0])["turns"][0]
     assert turn["kind"] in ("question", "repeat", "invalid", "guess_right", "guess_wrong")
+
+
+def test_a_case_file_of_ones_own_is_a_scenario_source(tmp_path):
+    path = _case_file(tmp_path, {"dog": {"has": ["alive"]}, "ball": {"has": ["round"], "split": "test"},
+                                 "stone": {}})
+    assert [s.id for s in load_scenarios(TQ, str(path))] == ["t/dog", "t/ball", "t/stone"]
+    (scenario,) = load_scenarios(TQ, f"{path}:test")
+    infos, distances, _ = play(TQ, scenario, ["Is it round?", "Is it alive?", "Guess: ball"], pool_size=3)
+    assert [i["kind"] for i in infos] == ["question", "question", "guess_right"]
+    assert distances[0] == pytest.approx(math.log2(3) + 1) and distances[-1] == 0
