@@ -165,7 +165,24 @@ class TrainConfig:
 
 
 def default_config_path() -> Path:
-    return Path(str(resources.files("mapo") / "data" / "configs" / "default.yaml"))
+    return bundled_config_dir() / "default.yaml"
+
+
+def bundled_config_dir() -> Path:
+    return Path(str(resources.files("mapo") / "data" / "configs"))
+
+
+def resolve_config_path(path: str | Path) -> Path:
+    """`path` itself, or, when it is a bare name that is not a file here, the bundled config of that
+    name (`mapo train --config twenty-questions` reads mapo/data/configs/twenty-questions.yaml)."""
+    path = Path(path)
+    if path.exists() or path.suffix or len(path.parts) != 1:
+        return path
+    bundled = bundled_config_dir() / f"{path.name}.yaml"
+    if bundled.is_file():
+        return bundled
+    names = sorted(p.stem for p in bundled_config_dir().glob("*.yaml"))
+    raise ConfigError(f"--config {path}: no such file, and no bundled config of that name; bundled: {', '.join(names)}")
 
 
 def _section_types(cls: type) -> dict[str, Any]:
@@ -268,10 +285,11 @@ def _plain(value: Any) -> Any:
 
 
 def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> TrainConfig:
-    """Defaults <- YAML file <- each `key=value` override; ConfigError on any bad key or value."""
+    """Defaults <- YAML file (a path, or a bundled config's name) <- each `key=value` override;
+    ConfigError on any bad key or value."""
     raw = config_dict(TrainConfig())
     if path is not None:
-        path = Path(path)
+        path = resolve_config_path(path)
         data = read_yaml(path, "config", ConfigError)
         if data is not None:
             try:

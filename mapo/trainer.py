@@ -34,7 +34,7 @@ from mapo.config import TrainConfig, config_dict, dump_config, load_config
 from mapo.engines.base import RolloutEngine
 from mapo.engines.factory import make_engine
 from mapo.engines.hf import HfEngine
-from mapo.envs.base import environment_factory, load_scenarios, transcript_keys_for
+from mapo.envs.base import dialogue_summary, environment_factory, load_scenarios, transcript_keys_for
 from mapo.losses import packed_sequence
 from mapo.methods import attached_methods
 from mapo.model_source import resolve_source
@@ -210,6 +210,7 @@ class Trainer:
         generated = sum(len(turn.response_ids) for g in groups for t in g.trajectories for turn in t.turns)
         metrics: dict[str, Any] = {"step": step}
         metrics.update(rollout_metrics(groups, advantages, components))
+        metrics.update(self._environment_figures(groups))
         metrics.update(stats)
         metrics.update(reward_metrics)
         metrics.update(method_metrics)
@@ -236,6 +237,14 @@ class Trainer:
         if cfg.transcripts_every and step % cfg.transcripts_every == 0:
             run.log_transcripts(transcript_records(step, groups, advantages, self.transcript_keys))
         return metrics
+
+    def _environment_figures(self, groups: list[Any]) -> dict[str, float]:
+        """The environment's own figures of the step's dialogues (its `dialogue_summary`), as `env_<name>`."""
+        dialogues = [
+            {"done_reason": t.done_reason, "turns": [turn.info for turn in t.turns]} for g in groups for t in g.trajectories
+        ]
+        figures = dialogue_summary(self.config.env.name, dialogues) or {}
+        return {f"env_{key}": float(value) for key, value in figures.items() if value is not None}
 
     # ---- the loop
 

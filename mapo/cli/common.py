@@ -61,7 +61,7 @@ EngineOpt = Annotated[
 ]
 LimitOpt = Annotated[Optional[int], typer.Option(help="Only the first N items (per task), after filtering.")]
 OutOpt = Annotated[Optional[Path], typer.Option("--output", help="Output folder (default: runs/<command>-<time>).")]
-ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="YAML training config (default: the embedded default run).")]
+ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="YAML training config, or a bundled one by name (twenty-questions, troubleshooting); default: the embedded default run.")]
 SetOpt = Annotated[
     Optional[list[str]],
     typer.Option("--set", help="Override a config key: --set rollout.max_turns=3 (dotted key, YAML value; repeatable)."),

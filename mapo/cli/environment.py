@@ -1,4 +1,5 @@
-"""`mapo env list | try | calibrate`: the empathy environment's cards, its simulated user, its judge's calibration."""
+"""`mapo env list | try | calibrate | demos`: the empathy environment's cards, its simulated user, its judge's
+calibration; the questioning game's demonstrations."""
 
 from __future__ import annotations
 
@@ -79,3 +80,31 @@ def env_calibrate(
     out.mkdir(parents=True, exist_ok=True)
     (out / "calibration.json").write_text(json.dumps({"split": split, **result}, indent=2, ensure_ascii=False), encoding="utf-8")
     typer.echo(f"Results: {out / 'calibration.json'}")
+
+
+@env_app.command("demos")
+def env_demos(
+    env: Annotated[str, typer.Argument(help="A questioning game: twenty-questions or troubleshooting.")],
+    out: Annotated[Path, typer.Option("--out", help="The JSONL file to write (one dialogue per line).")],
+    player: Annotated[str, typer.Option(help="Reference player: optimal or random.")] = "random",
+    games: Annotated[int, typer.Option(help="How many games to write.")] = 200,
+    split: Annotated[str, typer.Option(help="Secrets to play: train, test or all.")] = "train",
+    env_option: Annotated[
+        Optional[list[str]], typer.Option("--env-option", help="Environment keyword: key=value, e.g. pool_size=16 (repeatable).")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the random player.")] = 0,
+    solved_only: Annotated[bool, typer.Option("--solved-only", help="Write only the games the player solved.")] = False,
+) -> None:
+    """Write a reference player's games as supervised (SFT) dialogues: exactly the system prompt
+    and user messages an RL rollout shows, and the player's replies."""
+    from mapo.cli.common import key_values
+    from mapo.envs.questioning.demos import write_demos
+
+    try:
+        counts = write_demos(env, player, games, split, out, key_values(env_option, "--env-option"), seed, solved_only)
+    except ValueError as err:
+        raise fail(err) from None
+    typer.echo(
+        f"{counts['written']} games written ({counts['solved']} of {games} solved"
+        + (f", {counts['skipped']} unsolved skipped" if solved_only else "") + f")\nDemonstrations: {counts['path']}"
+    )

@@ -39,9 +39,11 @@ def eval_command(
     max_turns: Annotated[int, typer.Option(help="Turn cap per dialogue (EMPA: 45).")] = 45,
     temperature: Annotated[float, typer.Option(help="Sampling temperature (> 0).")] = 0.7,
     top_p: Annotated[float, typer.Option(help="Nucleus sampling mass.")] = 1.0,
-    max_new_tokens: Annotated[int, typer.Option(help="Reply length cap in tokens.")] = 96,
+    max_new_tokens: Annotated[
+        Optional[int], typer.Option(help="Reply length cap in tokens (default: the environment's reply limit, or 96).")
+    ] = None,
     max_sentences: Annotated[
-        Optional[int], typer.Option(help="A reply ends after this many sentences (default: the run's, or 3; 0: no limit).")
+        Optional[int], typer.Option(help="A reply ends after this many sentences (default: the run's, the environment's, or 3; 0: no limit).")
     ] = None,
     max_context_tokens: Annotated[int, typer.Option(help="Dialogue length cap in tokens (local models).")] = 8192,
     system_prompt: Annotated[Optional[str], typer.Option(help="The policy's system prompt (default: the run's, or the environment's).")] = None,
@@ -59,7 +61,7 @@ def eval_command(
     from mapo.evaluate.empa import hacking_line
     from mapo.evaluate.responders import endpoint_policy
     from mapo.run_folder import new_run_dir
-    from mapo.evaluate.runner import eval_spec_for, run_eval
+    from mapo.evaluate.runner import eval_spec_for, figures_line, run_eval
 
     if (model is None) == (endpoint is None):
         raise fail(ValueError("give exactly one of a model (--model) or an OpenAI-compatible endpoint (--endpoint)"))
@@ -75,7 +77,7 @@ def eval_command(
             policy = endpoint_policy(endpoint, endpoint_model, api_key_env, concurrency=spec.env_workers)
             label = policy.name
         else:
-            policy, label = load_eval_policy(model, gguf_file=gguf_file, dtype=dtype)
+            policy, label = load_eval_policy(model, gguf_file=gguf_file, dtype=dtype, seed=seed)
         path = run_eval(policy, spec, out or new_run_dir("runs", "eval"), label)
     except (ValueError, FileNotFoundError, BackendError, EngineError) as err:
         raise fail(err) from None
@@ -90,6 +92,10 @@ def eval_command(
         f"fallbacks {summary['fallback_total']}"
     )
     typer.echo(f"reward hacking: {hacking_line(summary['hacking'])}")
+    if "figures" in summary:
+        typer.echo(f"{label}: {figures_line(summary['figures'])}")
+    for name, reference in summary.get("references", {}).items():
+        typer.echo(f"{name}: {figures_line(reference['figures'])}")
     typer.echo(f"Eval: {path}\nTranscripts: {path.parent / 'transcripts.jsonl'}\nViewer: {path.parent / 'transcripts.html'}")
 
 

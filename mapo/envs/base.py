@@ -33,8 +33,13 @@ It says how its scenarios load with a `load_scenarios(source: str) -> list[Scena
 attribute (a staticmethod on a class): `source` is the config's `env.scenarios` or
 `mapo eval --scenarios`. Its `system_prompt` attribute (optional) is the policy's system
 prompt when the config does not set `rollout.system_prompt`; its `transcript_keys` (optional)
-name the turn-info keys that training and evaluation transcripts keep. Two optional attributes
-adapt `mapo eval`:
+name the turn-info keys that training and evaluation transcripts keep. Its `dialogue_summary`
+(optional) turns dialogues (mappings with "done_reason" and "turns", each turn a mapping of
+the step info keys) into figures that training logs and `mapo eval` reports; its
+`reference_players` (optional) name policies (e.g. "player:optimal") that `mapo eval` runs
+beside the evaluated one; its `reply_limits` (optional, {"max_new_tokens": .., "max_sentences": ..})
+are `mapo eval`'s reply limits when neither the command nor a training run sets them. Two
+optional attributes adapt `mapo eval`:
 `evaluation_options(training_options) -> dict` (what a training run's options become
 for evaluation; default: drop `max_turns`) and `with_turn_cap(options, max_turns) ->
 dict` (set the environment's own timeout to the evaluation's turn cap; default: none).
@@ -42,7 +47,7 @@ dict` (set the environment's own timeout to the evaluation's turn cap; default: 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -70,7 +75,12 @@ EnvironmentFactory = Callable[..., Environment]
 ENVIRONMENTS: Registry[EnvironmentFactory] = Registry(
     "environment",
     group="mapo.environments",
-    builtins={"empathy": "mapo.envs.empathy.env:EmpathyEnvironment", "emotion": "mapo.envs.emotion.env:EmotionEnvironment"},
+    builtins={
+        "empathy": "mapo.envs.empathy.env:EmpathyEnvironment",
+        "emotion": "mapo.envs.emotion.env:EmotionEnvironment",
+        "twenty-questions": "mapo.envs.questioning.env:TwentyQuestionsEnvironment",
+        "troubleshooting": "mapo.envs.questioning.env:TroubleshootingEnvironment",
+    },
 )
 
 
@@ -170,3 +180,19 @@ def with_turn_cap(name: str, options: Mapping[str, Any], max_turns: int) -> dict
     """The options with the environment's own timeout at `max_turns` (its `with_turn_cap`; by default unchanged)."""
     hook = getattr(ENVIRONMENTS.resolve(name), "with_turn_cap", None)
     return dict(hook(dict(options), max_turns)) if callable(hook) else dict(options)
+
+
+def dialogue_summary(name: str, dialogues: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """Environment `name`'s own figures over `dialogues` (its `dialogue_summary`), or None without one."""
+    hook = getattr(ENVIRONMENTS.resolve(name), "dialogue_summary", None)
+    return dict(hook(dialogues)) if callable(hook) and dialogues else None
+
+
+def reference_players(name: str) -> tuple[str, ...]:
+    """The policies `mapo eval` runs beside the evaluated one on environment `name` (its `reference_players`)."""
+    return tuple(getattr(ENVIRONMENTS.resolve(name), "reference_players", ()))
+
+
+def reply_limits(name: str) -> dict[str, int]:
+    """Environment `name`'s reply limits for evaluation (its `reply_limits`; by default none)."""
+    return dict(getattr(ENVIRONMENTS.resolve(name), "reply_limits", {}))

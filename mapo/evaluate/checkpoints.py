@@ -1,7 +1,8 @@
 """Load a policy to evaluate from what `--model` names, including a training run's output.
 
 Accepted: anything `mapo.model_source.PolicySpec.model` accepts (HF folder, .gguf file,
-"embedded", "tiny"), or a run folder (`config.yaml` + `final/` or checkpoints), its
+"embedded", "tiny"), a reference player of the questioning game ("player:optimal",
+"player:random"; mapo.envs.questioning.players), or a run folder (`config.yaml` + `final/` or checkpoints), its
 `final/` folder, or one checkpoint (`checkpoints/step-NNNNNN`, or its `policy/`).
 A run's weights are loaded onto the base model its config.yaml names (LoRA adapters
 need that base), with `Policy.load_trained`.
@@ -62,9 +63,16 @@ def resolve_model(model: str) -> tuple[Any, Path | None, str, int]:
     return replace(config.policy, gradient_checkpointing=False, device="auto"), weights, label, config.seed
 
 
-def load_eval_policy(model: str, gguf_file: str | None = None, dtype: str | None = None) -> tuple[Any, str]:
-    """(Policy in eval mode, label) for `--model` (see the module docstring)."""
+def load_eval_policy(model: str, gguf_file: str | None = None, dtype: str | None = None, seed: int = 0) -> tuple[Any, str]:
+    """(Policy in eval mode, label) for `--model` (see the module docstring); `player:<kind>` is a
+    questioning-game reference player (text-only, seeded by `seed`)."""
+    from mapo.envs.questioning.players import is_player, load_player
     from mapo.policy import load_policy
+
+    if is_player(model):
+        if gguf_file is not None or dtype is not None:
+            raise ValueError(f"--gguf-file and --dtype do not apply to the reference player {model}")
+        return load_player(model, seed), model
 
     spec, weights, label, seed = resolve_model(model)
     if gguf_file is not None:

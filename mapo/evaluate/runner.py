@@ -6,7 +6,9 @@ temperature, `samples` dialogues per scenario. Scenarios go in batches of
 `scenarios_per_batch` (x samples dialogues per generate call) with a progress bar.
 Writes `eval.json` (config, aggregate with the reward-hacking monitor, per-scenario
 results), `transcripts.jsonl` and `transcripts.html` (the viewer, with the need vector
-per turn).
+per turn). An environment with a `dialogue_summary` adds its figures (`summary.figures`),
+and one with `reference_players` gets them played on the same scenarios and settings
+(`summary.references`: e.g. the questioning game's optimal and random players).
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from mapo.envs.base import (
+    dialogue_summary,
     environment_factory,
+    reference_players,
+    reply_limits,
     evaluation_options,
     load_scenarios,
     transcript_keys_for,
@@ -79,21 +84,30 @@ def eval_spec_for(
     *,
     max_sentences: int | None,
     system_prompt: str | None,
+    max_new_tokens: int | None = None,
     **settings: Any,
 ) -> EvalSpec:
     """`mapo eval`'s settings: what is given, else what the policy's training run used (`trained`,
     its TrainConfig, or None), else EvalSpec's defaults. `max_sentences=0` means no sentence limit;
-    a run's environment options lose their training-only ending rules (`evaluation_options`)."""
+    a run's environment options lose their training-only ending rules (`evaluation_options`).
+    The reply limits (max_new_tokens, max_sentences) not given come from the training run,
+    else from the environment's `reply_limits` (the questioning game: one short question),
+    else EvalSpec's; max_new_tokens from a training run only for an environment with reply limits."""
     if not env_options and trained is not None and not env:
         env_options = evaluation_options(trained.env.name, trained.env.options)
+    env_limits = reply_limits(env or (trained.env.name if trained else EvalSpec.env))
     if max_sentences is None:
-        max_sentences = trained.rollout.max_sentences if trained else EvalSpec.max_sentences
+        max_sentences = trained.rollout.max_sentences if trained else env_limits.get("max_sentences", EvalSpec.max_sentences)
+    if max_new_tokens is None:
+        from_run = trained.rollout.max_new_tokens if trained is not None and env_limits else None
+        max_new_tokens = from_run or env_limits.get("max_new_tokens", EvalSpec.max_new_tokens)
     if system_prompt is None:
         system_prompt = trained.rollout.system_prompt if trained else EvalSpec.system_prompt
     return EvalSpec(
         env=env or (trained.env.name if trained else EvalSpec.env),
         env_options=env_options,
         max_sentences=max_sentences or None,
+        max_new_tokens=max_new_tokens,
         system_prompt=system_prompt,
         **settings,
     )
@@ -107,22 +121,63 @@ def env_options_for(spec: EvalSpec) -> dict[str, Any]:
 def run_eval(policy: Any, spec: EvalSpec, out_dir: str | Path, policy_label: str = "") -> Path:
     """Roll the policy out on every scenario (`spec.samples` each), score, and write
     `eval.json`, `transcripts.jsonl` and `transcripts.html` into `out_dir`; returns eval.json."""
-    from concurrent.futures import ThreadPoolExecutor
-
     from mapo.evaluate.html import render_transcripts
-    from mapo.progress import progress_bar
-    from mapo.rollout import rollout
-    from mapo.runtime import seed_everything, step_seed
 
     if spec.scenarios_per_batch < 1:
         raise ValueError(f"scenarios_per_batch must be >= 1, got {spec.scenarios_per_batch}")
     if spec.limit is not None and spec.limit < 1:
         raise ValueError(f"limit must be >= 1, got {spec.limit}")
-    from mapo.engines.factory import make_engine
-    from mapo.policy import Policy
-
     env_options = env_options_for(spec)
     scenarios = load_scenarios(spec.env, spec.scenarios)[: spec.limit]
+    started = time.time()
+    dialogues, transcripts, engine_used = _play(policy, spec, env_options, scenarios, policy_label)
+    seconds = round(time.time() - started, 1)
+    summary = aggregate(dialogues, transcripts)
+    figures = dialogue_summary(spec.env, transcripts)
+    if figures is not None:
+        summary["figures"] = figures
+    references = {
+        name: _reference_summary(name, spec, env_options, scenarios)
+        for name in reference_players(spec.env)
+        if name != policy_label
+    }
+    if references:
+        summary["references"] = references
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    config = {"policy": policy_label, **asdict(spec), "env_options": env_options,
+              "engine_used": engine_used, "seconds": seconds}
+    result = {"config": config, "summary": summary, "scenarios": per_scenario(dialogues)}
+    eval_path = out / "eval.json"
+    eval_path.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_jsonl(out / "transcripts.jsonl", transcripts)
+    headline = {
+        "policy": policy_label,
+        "pass": f"{summary['pass_count']} / {summary['dialogues']} ({100 * summary['pass_rate']:.1f}%)",
+        "mean EPM-Q": summary["epmq"]["epmq"] if summary["epmq"] else None,
+        "alignment to v*_0": summary["alignment"]["target"],
+        "alignment to deficit": summary["alignment"]["deficit"],
+        "fallbacks": summary["fallback_total"],
+        "reward hacking": hacking_line(summary["hacking"]),
+    }
+    (out / "transcripts.html").write_text(
+        render_transcripts(transcripts, f"mapo eval: {policy_label or out.name}", headline), encoding="utf-8"
+    )
+    return eval_path
+
+
+def _play(
+    policy: Any, spec: EvalSpec, env_options: dict[str, Any], scenarios: list[Any], policy_label: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str]:
+    """Every scenario's `spec.samples` dialogues: (per-dialogue metrics, transcript records, engine name)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mapo.engines.factory import make_engine
+    from mapo.policy import Policy
+    from mapo.progress import progress_bar
+    from mapo.rollout import rollout
+    from mapo.runtime import seed_everything, step_seed
+
     make_env = environment_factory(spec.env, env_options)
     extras = transcript_keys_for(spec.env)
     rollout_spec = spec.rollout_spec(min(spec.scenarios_per_batch, len(scenarios)))  # validates the settings
@@ -135,7 +190,6 @@ def run_eval(policy: Any, spec: EvalSpec, out_dir: str | Path, policy_label: str
         engine = make_engine(spec.engine, policy, slots=rollout_spec.scenarios_per_step * spec.samples,
                              context_per_slot=spec.max_context_tokens)
         engine.sync(0)
-    started = time.time()
     # Progress counts dialogue-turns; a dialogue that ends early jumps over its remaining turns.
     total = len(scenarios) * spec.samples * spec.max_turns
     description = " ".join(part for part in ("eval", policy_label, "(dialogue turns)") if part)
@@ -159,25 +213,25 @@ def run_eval(policy: Any, spec: EvalSpec, out_dir: str | Path, policy_label: str
                     metrics = dialogue_metrics(trajectory, by_id[trajectory.scenario_id])
                     dialogues.append(metrics)
                     transcripts.append(transcript_record(trajectory, metrics, extras))
-    summary = aggregate(dialogues, transcripts)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    config = {"policy": policy_label, **asdict(spec), "env_options": env_options,
-              "engine_used": engine.name if engine is not None else "endpoint", "seconds": round(time.time() - started, 1)}
-    result = {"config": config, "summary": summary, "scenarios": per_scenario(dialogues)}
-    eval_path = out / "eval.json"
-    eval_path.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    write_jsonl(out / "transcripts.jsonl", transcripts)
-    headline = {
-        "policy": policy_label,
-        "pass": f"{summary['pass_count']} / {summary['dialogues']} ({100 * summary['pass_rate']:.1f}%)",
-        "mean EPM-Q": summary["epmq"]["epmq"] if summary["epmq"] else None,
-        "alignment to v*_0": summary["alignment"]["target"],
-        "alignment to deficit": summary["alignment"]["deficit"],
-        "fallbacks": summary["fallback_total"],
-        "reward hacking": hacking_line(summary["hacking"]),
-    }
-    (out / "transcripts.html").write_text(
-        render_transcripts(transcripts, f"mapo eval: {policy_label or out.name}", headline), encoding="utf-8"
-    )
-    return eval_path
+    return dialogues, transcripts, engine.name if engine is not None else "endpoint"
+
+
+def _reference_summary(name: str, spec: EvalSpec, env_options: dict[str, Any], scenarios: list[Any]) -> dict[str, Any]:
+    """A reference player's pass rate and the environment's figures on the same scenarios and settings."""
+    from mapo.evaluate.checkpoints import load_eval_policy
+
+    player, label = load_eval_policy(name, seed=spec.seed)
+    dialogues, transcripts, _ = _play(player, spec, env_options, scenarios, label)
+    passes = sum(d["outcome"] == "success" for d in dialogues)
+    return {"dialogues": len(dialogues), "pass_rate": passes / len(dialogues),
+            "figures": dialogue_summary(spec.env, transcripts)}
+
+
+def figures_line(figures: dict[str, Any]) -> str:
+    """An environment's figures as one line: rates in percent, other numbers to three decimals."""
+    def show(key: str, value: Any) -> str:
+        if value is None:
+            return "n/a"
+        return f"{100 * value:.1f}%" if key.endswith("_rate") else f"{value:.3f}"
+
+    return "  ".join(f"{key.replace('_', ' ')} {show(key, value)}" for key, value in figures.items())

@@ -1,0 +1,244 @@
+"""Case sets of the questioning game: the YAML schema, its checks, and the bundled sets.
+
+A case set is one YAML file holding one or more tables. A table is a small world: its
+candidates (the possible secrets: things, or a device's faults), its attributes (the
+yes/no questions that may be asked: a `question` shown verbatim and the `phrases` that
+name it in a question) and, per candidate, the attributes that are true of it (`has`;
+every other one is false). A table's `split` holds the whole table out (troubleshooting
+holds out whole devices); a candidate's `split` holds out that secret.
+
+Loading checks what makes the answers exact, and stops with `CaseError` naming the file
+and the field: an unknown attribute in a `has` list, two candidates no attribute tells
+apart, a phrase that names two attributes or occurs in a candidate's name, a listed
+question that does not name exactly its own attribute (mapo.envs.questioning.parse), a
+candidate name with a comma (the opening message lists names with commas).
+
+The bundled sets live in `mapo/data/games/<name>.yaml` (twenty-questions, troubleshooting).
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mapo.types import Scenario
+from mapo.validation import read_yaml_model
+
+SPLITS = ("train", "test", "all")
+BUNDLED = ("twenty-questions", "troubleshooting")
+
+Text = Annotated[str, Field(min_length=1)]
+
+
+class CaseError(ValueError):
+    """A case set that cannot be played; the message names the file and the field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+
+class _Attribute(_Strict):
+    question: Text
+    phrases: list[Text] = Field(min_length=1)
+
+
+class _Candidate(_Strict):
+    has: list[Text] = Field(default_factory=list)  # not `yes`: YAML reads that key as a boolean
+    split: Literal["train", "test"] = "train"
+    fix: str = ""  # troubleshooting: what the customer does once the fault is found
+
+
+class _Table(_Strict):
+    name: Text
+    subject: Text  # what a candidate is: "thing", "printer fault", ...
+    intro: str = ""  # the opening message's first line (troubleshooting: the customer's complaint)
+    split: Literal["train", "test"] = "train"
+    attributes: dict[str, _Attribute] = Field(min_length=2)
+    candidates: dict[str, _Candidate] = Field(min_length=2)
+
+
+class _CaseFile(_Strict):
+    name: Text
+    tables: list[_Table] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class Attribute:
+    key: str
+    question: str
+    phrases: tuple[tuple[str, ...], ...]  # each phrase as its words (mapo.envs.questioning.parse.words)
+
+
+@dataclass(frozen=True)
+class Table:
+    """One world of the game: candidates, attributes, and the truth `facts[candidate][attribute]`."""
+
+    name: str
+    subject: str
+    intro: str
+    split: str
+    attributes: tuple[Attribute, ...]
+    candidates: tuple[str, ...]
+    facts: dict[str, frozenset[str]]  # candidate -> the attribute keys true of it
+    candidate_split: dict[str, str]
+    fixes: dict[str, str]
+
+    def attribute(self, key: str) -> Attribute:
+        return next(a for a in self.attributes if a.key == key)
+
+    def answer(self, candidate: str, attribute: str) -> bool:
+        return attribute in self.facts[candidate]
+
+    def secrets(self, split: str) -> list[str]:
+        """The candidates that are secrets of `split`: a held-out table's are all test."""
+        if split == "all":
+            return list(self.candidates)
+        return [c for c in self.candidates if (self.split if self.split == "test" else self.candidate_split[c]) == split]
+
+
+@dataclass(frozen=True)
+class CaseSet:
+    name: str
+    path: Path
+    tables: tuple[Table, ...]
+
+    def table(self, name: str) -> Table:
+        for table in self.tables:
+            if table.name == name:
+                return table
+        raise CaseError(f"{self.path}: no table named {name!r}; tables: {', '.join(t.name for t in self.tables)}")
+
+
+def bundled_case_file(name: str) -> Path:
+    if name not in BUNDLED:
+        raise CaseError(f"no bundled case set {name!r}; bundled: {', '.join(BUNDLED)}")
+    return Path(str(resources.files("mapo") / "data" / "games" / f"{name}.yaml"))
+
+
+@functools.lru_cache(maxsize=16)
+def load_case_set(path: str | Path) -> CaseSet:
+    """The case set in `path`, checked (see the module docstring); cached per path."""
+    path = Path(path)
+    raw = read_yaml_model(path, _CaseFile, "case set", CaseError)
+    names = [t.name for t in raw.tables]
+    if len(set(names)) != len(names):
+        raise CaseError(f"{path}: field tables: table names must be unique, got {names}")
+    return CaseSet(raw.name, path, tuple(_table(t, f"{path}: field tables[{k}]") for k, t in enumerate(raw.tables)))
+
+
+def _table(raw: _Table, where: str) -> Table:
+    from mapo.envs.questioning.parse import parse_question, words
+
+    attributes = tuple(
+        Attribute(key, a.question, tuple(words(p) for p in a.phrases)) for key, a in raw.attributes.items()
+    )
+    for key, a in raw.attributes.items():
+        for phrase in a.phrases:
+            if not words(phrase):
+                raise CaseError(f"{where}.attributes.{key}.phrases: {phrase!r} has no words")
+    candidates = tuple(raw.candidates)
+    table = Table(
+        name=raw.name,
+        subject=raw.subject,
+        intro=raw.intro,
+        split=raw.split,
+        attributes=attributes,
+        candidates=candidates,
+        facts={c: frozenset(v.has) for c, v in raw.candidates.items()},
+        candidate_split={c: v.split for c, v in raw.candidates.items()},
+        fixes={c: v.fix for c, v in raw.candidates.items()},
+    )
+    keys = set(raw.attributes)
+    for name, candidate in raw.candidates.items():
+        if "," in name or not words(name):
+            raise CaseError(f"{where}.candidates.{name}: a candidate name needs words and no comma")
+        unknown = sorted(set(candidate.has) - keys)
+        if unknown:
+            raise CaseError(
+                f"{where}.candidates.{name}.has: unknown attribute(s) {', '.join(unknown)}; "
+                f"attributes: {', '.join(raw.attributes)}"
+            )
+    _check_phrases(table, where)
+    for a in attributes:  # every listed question must map to its own attribute, and to nothing else
+        parsed = parse_question(a.question, table)
+        if parsed.attribute != a.key:
+            raise CaseError(
+                f"{where}.attributes.{a.key}.question: {a.question!r} does not ask exactly this attribute "
+                f"({parsed.reason or 'it names ' + str(parsed.attribute)}); reword it or its phrases"
+            )
+    seen: dict[frozenset[str], str] = {}
+    for name in candidates:
+        twin = seen.setdefault(table.facts[name], name)
+        if twin != name:
+            raise CaseError(
+                f"{where}.candidates.{name}: no attribute tells {twin!r} and {name!r} apart (same `has` list); "
+                "add an attribute that differs, or drop one"
+            )
+    return table
+
+
+def _check_phrases(table: Table, where: str) -> None:
+    """No phrase names two attributes, contains another attribute's phrase, or occurs in a candidate name."""
+    from mapo.envs.questioning.parse import contains
+
+    owners = [(a.key, p) for a in table.attributes for p in a.phrases]
+    for i, (key, phrase) in enumerate(owners):
+        for other, other_phrase in owners[i + 1 :]:
+            if other != key and (contains(phrase, other_phrase) or contains(other_phrase, phrase)):
+                raise CaseError(
+                    f"{where}.attributes.{other}.phrases: {' '.join(other_phrase)!r} overlaps "
+                    f"{' '.join(phrase)!r} of attribute {key!r}"
+                )
+        for name in table.candidates:
+            from mapo.envs.questioning.parse import words
+
+            if contains(words(name), phrase) or contains(phrase, words(name)):
+                raise CaseError(
+                    f"{where}.attributes.{key}.phrases: {' '.join(phrase)!r} overlaps the candidate name {name!r}"
+                )
+
+
+# ---------------------------------------------------------------- scenarios and pools
+
+
+def case_scenarios(case_set: CaseSet, split: str) -> list[Scenario]:
+    """One scenario per secret of `split`: id `<table>/<secret>`, the card naming the case file,
+    table and secret (the environment draws the pool from the id at reset)."""
+    if split not in SPLITS:
+        raise CaseError(f"{case_set.path}: unknown split {split!r}; use {', '.join(SPLITS)}")
+    scenarios = []
+    for table in case_set.tables:
+        for secret in table.secrets(split):
+            scenarios.append(
+                Scenario(
+                    id=f"{table.name}/{secret}",
+                    title=f"{table.subject}: {secret}",
+                    category=table.name,
+                    card={"cases": str(case_set.path), "table": table.name, "secret": secret},
+                )
+            )
+    return scenarios
+
+
+def draw_pool(table: Table, secret: str, size: int, scenario_id: str, seed: int = 0) -> list[str]:
+    """The secret and `size - 1` other candidates of its table, in an order drawn from
+    (scenario id, size, seed): the same pool for every dialogue of a scenario."""
+    if secret not in table.facts:
+        raise CaseError(f"table {table.name!r}: the secret {secret!r} is not one of its candidates")
+    if not 2 <= size <= len(table.candidates):
+        raise CaseError(
+            f"pool_size {size}: table {table.name!r} has {len(table.candidates)} candidates; "
+            f"the pool must hold 2 to {len(table.candidates)}"
+        )
+    rng = random.Random(f"{scenario_id}|{size}|{seed}")
+    others = [c for c in table.candidates if c != secret]
+    pool = [secret, *rng.sample(others, size - 1)]
+    rng.shuffle(pool)
+    return pool

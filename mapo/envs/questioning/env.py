@@ -1,0 +1,175 @@
+"""The questioning game as an environment (mapo.envs.base protocol): `twenty-questions` and
+`troubleshooting`, one class each over the same rules (mapo.envs.questioning.game).
+
+A scenario is one secret of a table (`<table>/<secret>`); at reset the environment draws
+the pool, `pool_size` candidates holding the secret, from the scenario id, `pool_size` and
+`pool_seed` (cases.draw_pool), so every dialogue of a group plays the same secret and pool.
+The opening user message lists the pool and the askable questions; the system prompt
+(static) gives the rules. The user's replies are short and exact: "Yes." / "No." (", as I
+said." on a repeat), the guess's verdict, or one line saying what may be asked.
+
+K = 1: state = (-D_t,), action = (D_{t-1} - D_t,), so ||P_t|| = D_t and IDR is each turn's
+gain (bits of information, plus `solve_bits` for the right guess; game.py). ADR and outcome
+work unchanged. The game ends "success" on the right guess and "timeout" after `max_turns`
+replies (default 2 * ceil(log2(pool_size)) + 1: 7 turns at pool 8, where the optimal
+questioner needs about 4); there is no "failure".
+
+Options: pool_size (default 8), max_turns, solve_bits (1.0), pool_seed (0).
+Scenarios (`env.scenarios`, `mapo eval --scenarios`): train | test | all of the bundled
+case set, or a case file `path.yaml` (all its secrets) or `path.yaml:train|test`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from mapo.envs.base import StepResult
+from mapo.envs.questioning.cases import (
+    SPLITS,
+    CaseError,
+    Table,
+    bundled_case_file,
+    case_scenarios,
+    draw_pool,
+    load_case_set,
+)
+from mapo.envs.questioning.game import GameState
+from mapo.envs.questioning.metrics import game_summary
+from mapo.envs.questioning.parse import parse_reply
+from mapo.types import Scenario
+
+TRANSCRIPT_KEYS = ("kind", "bits", "attribute", "guess", "reason", "candidates_left", "pool_size", "secret")
+
+
+def default_max_turns(pool_size: int) -> int:
+    return 2 * math.ceil(math.log2(pool_size)) + 1
+
+
+def opening_message(table: Table, pool: list[str], labels: tuple[str, str]) -> str:
+    """The pool and the askable questions, in the exact form the reference players read back."""
+    lines = [table.intro] if table.intro else []
+    lines.append(f"{labels[0]}: {', '.join(pool)}.")
+    lines.append(f"{labels[1]}: {' '.join(a.question for a in table.attributes)}")
+    return "\n".join(lines)
+
+
+class QuestioningEnvironment:
+    """One game: the policy asks, the table answers (see the module docstring)."""
+
+    case_set = "twenty-questions"
+    labels = ("Candidates", "Questions")
+    system_prompt = (
+        "We play twenty questions. I secretly picked one of the candidates. Ask one listed yes/no "
+        "question per reply. When you know it, reply Guess: <name>."
+    )
+    transcript_keys = TRANSCRIPT_KEYS
+    reference_players = ("player:optimal", "player:random")
+    reply_limits = {"max_new_tokens": 32, "max_sentences": 1}  # one short question or guess per reply
+    dialogue_summary = staticmethod(game_summary)
+
+    def __init__(self, pool_size: int = 8, max_turns: int | None = None, solve_bits: float = 1.0, pool_seed: int = 0) -> None:
+        if not isinstance(pool_size, int) or pool_size < 2:
+            raise ValueError(f"{self.case_set}: pool_size must be an integer >= 2, got {pool_size!r}")
+        if max_turns is not None and max_turns < 1:
+            raise ValueError(f"{self.case_set}: max_turns must be at least 1, got {max_turns}")
+        if not solve_bits > 0:
+            raise ValueError(f"{self.case_set}: solve_bits must be > 0 (a right guess must pay more than a timeout), got {solve_bits}")
+        self.pool_size = pool_size
+        self.max_turns = max_turns or default_max_turns(pool_size)
+        self.solve_bits = float(solve_bits)
+        self.pool_seed = pool_seed
+        self.game: GameState | None = None
+
+    # -- how scenarios load and how evaluation adapts the options (mapo.envs.base)
+
+    @classmethod
+    def load_scenarios(cls, source: str) -> list[Scenario]:
+        """A split of the bundled case set, or a case file (`path.yaml`, `path.yaml:split`)."""
+        if source in SPLITS:
+            return case_scenarios(load_case_set(bundled_case_file(cls.case_set)), source)
+        path, _, split = source.partition(".yaml:")
+        path = path + ".yaml" if split else source
+        return case_scenarios(load_case_set(path), split or "all")
+
+    @staticmethod
+    def evaluation_options(training_options: dict[str, Any]) -> dict[str, Any]:
+        """The game's rules (its turn limit included) are the same in training and evaluation."""
+        return dict(training_options)
+
+    @staticmethod
+    def with_turn_cap(options: dict[str, Any], max_turns: int) -> dict[str, Any]:
+        """The game keeps its own turn limit; the evaluation's cap only bounds it from outside."""
+        return dict(options)
+
+    # -- the protocol
+
+    def reset(self, scenario: Scenario, seed: int | None = None) -> str:
+        card = scenario.card
+        try:
+            case_set = load_case_set(card["cases"])
+            table = case_set.table(card["table"])
+            secret = card["secret"]
+        except KeyError as err:
+            raise CaseError(f"scenario {scenario.id!r} is not a questioning-game scenario (its card lacks {err})") from None
+        try:
+            pool = draw_pool(table, secret, self.pool_size, scenario.id, self.pool_seed)
+        except CaseError as err:
+            raise CaseError(f"{case_set.path}: {err}") from None
+        self.game = GameState(table, secret, pool, self.solve_bits)
+        self.turn = 0
+        self.done_reason: str | None = None
+        return opening_message(table, pool, self.labels)
+
+    def step(self, response: str) -> StepResult:
+        if self.game is None:
+            raise RuntimeError("call reset(scenario) before step()")
+        if self.done_reason is not None:
+            raise RuntimeError(f"the game has ended ({self.done_reason}); call reset() to start another")
+        if not isinstance(response, str):
+            raise TypeError(f"response must be a string, got {type(response).__name__}")
+        before = self.game.distance()
+        outcome = self.game.play(parse_reply(response, self.game.table))
+        self.turn += 1
+        distance = self.game.distance()
+        if self.game.solved:
+            self.done_reason = "success"
+        elif self.turn >= self.max_turns:
+            self.done_reason = "timeout"
+        info = {
+            "turn": self.turn,
+            "kind": outcome.kind,
+            "bits": outcome.bits,
+            "attribute": outcome.attribute,
+            "guess": outcome.guess,
+            "reason": outcome.reason,
+            "candidates_left": len(self.game.consistent()),
+            "pool_size": len(self.game.pool),
+            "secret": self.game.secret,
+            "state": (-distance,),
+            "distance": distance,
+            "done_reason": self.done_reason,
+        }
+        return StepResult(outcome.reply, (before - distance,), self.done_reason is not None, info)
+
+    @property
+    def initial_state(self) -> tuple[float]:
+        if self.game is None:
+            raise RuntimeError("call reset(scenario) first")
+        return (-self.game.initial_distance(),)
+
+
+class TwentyQuestionsEnvironment(QuestioningEnvironment):
+    """Everyday things (mapo/data/games/twenty-questions.yaml)."""
+
+
+class TroubleshootingEnvironment(QuestioningEnvironment):
+    """A customer's broken device: find the fault by checks the customer can answer
+    (mapo/data/games/troubleshooting.yaml); the right guess's reply gives the fix."""
+
+    case_set = "troubleshooting"
+    labels = ("Possible faults", "Checks")
+    system_prompt = (
+        "You are a support agent. The customer's device has one of the possible faults. Ask one "
+        "listed yes/no check per reply. When you know it, reply Guess: <fault>."
+    )

@@ -1,0 +1,56 @@
+"""The game's figures over a set of dialogues, from each turn's `kind` and `bits` (the step info
+the environment writes, kept in transcripts through its `transcript_keys`).
+
+- success_rate: dialogues ended by the right guess;
+- turns_to_success: mean turns of the solved dialogues (None when none was solved);
+- bits_per_question: information gained per non-guess turn (questions, repeats and
+  invalid replies: a wasted turn counts as 0 bits); the optimal questioner is near 1;
+- bits_mean: information gained per dialogue (log2(pool) when solved);
+- invalid_rate, repeat_rate: their share of all turns;
+- wrong_guesses: mean wrong guesses per dialogue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+QUESTION_KINDS = ("question", "repeat", "invalid")
+FIGURES = ("success_rate", "turns_to_success", "bits_per_question", "bits_mean", "invalid_rate", "repeat_rate", "wrong_guesses")
+
+
+def game_summary(dialogues: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
+    """The figures above for `dialogues`: mappings with "done_reason" and "turns" (each turn a
+    mapping with "kind" and "bits"); turns without a "kind" are not the game's and are skipped."""
+    if not dialogues:
+        raise ValueError("no dialogues to summarise")
+    turns = [t for d in dialogues for t in d["turns"] if "kind" in t]
+    solved = [d for d in dialogues if d.get("done_reason") == "success"]
+    asked = [t for t in turns if t["kind"] in QUESTION_KINDS]
+
+    def share(kind: str) -> float:
+        return sum(t["kind"] == kind for t in turns) / len(turns) if turns else 0.0
+
+    return {
+        "success_rate": len(solved) / len(dialogues),
+        "turns_to_success": sum(len(d["turns"]) for d in solved) / len(solved) if solved else None,
+        "bits_per_question": sum(float(t["bits"]) for t in asked) / len(asked) if asked else None,
+        "bits_mean": sum(float(t["bits"]) for t in turns) / len(dialogues),
+        "invalid_rate": share("invalid"),
+        "repeat_rate": share("repeat"),
+        "wrong_guesses": sum(t["kind"] == "guess_wrong" for t in turns) / len(dialogues),
+    }
+
+
+def summary_line(figures: Mapping[str, float | None]) -> str:
+    """The figures as one line for a terminal."""
+
+    def show(key: str, fmt: str) -> str:
+        value = figures.get(key)
+        return "n/a" if value is None else format(value, fmt)
+
+    return (
+        f"success {show('success_rate', '.0%')}  turns to success {show('turns_to_success', '.2f')}  "
+        f"bits/question {show('bits_per_question', '.3f')}  invalid {show('invalid_rate', '.0%')}  "
+        f"repeated {show('repeat_rate', '.0%')}  wrong guesses {show('wrong_guesses', '.2f')}"
+    )

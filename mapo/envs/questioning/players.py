@@ -1,0 +1,99 @@
+"""Reference players of the questioning game, usable wherever a policy is (`--model player:optimal`).
+
+A player is a text-only policy (mapo.rollout.ChatPolicy): it gets each dialogue as chat
+messages and returns a reply, so it goes through the same rollout as a model. It reads
+only the conversation: the opening message gives the pool and the askable questions
+(which identify the bundled table, its world knowledge), and each earlier reply with the
+user's answer is replayed with the game's own parser (parse.py) to know what is still
+consistent. It never sees the secret.
+
+- optimal: the unasked attribute that splits the consistent candidates most evenly
+  (ties: the table's order); `Guess: <name>` once one candidate is left.
+- random: a uniformly random unasked attribute (whether or not it splits anything);
+  `Guess: <name>` once one candidate is left. Random draws come from one generator
+  seeded at construction and consumed in call order, so a run is reproducible.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from mapo.envs.questioning.cases import BUNDLED, Table, bundled_case_file, load_case_set
+from mapo.envs.questioning.game import consistent
+from mapo.envs.questioning.parse import parse_reply
+
+PLAYER_PREFIX = "player:"
+PLAYERS = ("optimal", "random")
+
+Conversation = list[dict[str, str]]
+
+
+def _bundled_tables() -> list[Table]:
+    return [t for name in BUNDLED for t in load_case_set(bundled_case_file(name)).tables]
+
+
+def read_opening(opening: str, tables: Sequence[Table]) -> tuple[Table, list[str]]:
+    """(table, pool) from the game's opening message (env.opening_message)."""
+    lines = opening.splitlines()
+    for table in tables:
+        questions = " ".join(a.question for a in table.attributes)
+        for k, line in enumerate(lines):
+            if k > 0 and line.endswith(questions):
+                pool = lines[k - 1].partition(": ")[2].removesuffix(".").split(", ")
+                if pool and all(name in table.facts for name in pool):
+                    return table, pool
+    raise ValueError(f"the opening message is not a bundled questioning game's: {opening[:120]!r}")
+
+
+class Player:
+    """A reference player (see the module docstring); `kind` is optimal or random."""
+
+    def __init__(self, kind: str, seed: int = 0) -> None:
+        if kind not in PLAYERS:
+            raise ValueError(f"unknown player {kind!r}; players: {', '.join(PLAYERS)}")
+        self.kind = kind
+        self.name = f"{PLAYER_PREFIX}{kind}"
+        self.rng = random.Random(seed)
+        self.tables = _bundled_tables()
+
+    def chat_replies(self, conversations: list[Conversation], max_new_tokens: int = 0, temperature: float = 0.0,
+                     top_p: float = 1.0) -> list[str]:
+        return [self.reply(c) for c in conversations]
+
+    def reply(self, conversation: Conversation) -> str:
+        said = [m for m in conversation if m["role"] != "system"]
+        if not said or said[0]["role"] != "user":
+            raise ValueError("a game conversation starts with the user's opening message")
+        table, pool = read_opening(said[0]["content"], self.tables)
+        answers: dict[str, bool] = {}
+        wrong: set[str] = set()
+        for mine, theirs in zip(said[1::2], said[2::2]):
+            move = parse_reply(mine["content"], table)
+            if move.kind == "question" and move.attribute is not None:
+                answers[move.attribute] = theirs["content"].startswith("Yes")
+            elif move.kind == "guess" and theirs["content"].startswith("No"):
+                wrong.add(str(move.candidate))
+        left = consistent(table, pool, answers, wrong) or [c for c in pool if c not in wrong]
+        if len(left) == 1:
+            return f"Guess: {left[0]}"
+        unasked = [a for a in table.attributes if a.key not in answers]
+        if not unasked:  # every attribute asked: the table tells all candidates apart, so this is rare
+            return f"Guess: {left[0]}"
+        if self.kind == "random":
+            return self.rng.choice(unasked).question
+
+        def imbalance(key: str) -> int:
+            yes = sum(table.answer(c, key) for c in left)
+            return abs(2 * yes - len(left))
+
+        return min(unasked, key=lambda a: imbalance(a.key)).question
+
+
+def is_player(model: str) -> bool:
+    return model.startswith(PLAYER_PREFIX)
+
+
+def load_player(model: str, seed: int = 0) -> Player:
+    """The player `player:<kind>` names."""
+    return Player(model.removeprefix(PLAYER_PREFIX), seed)

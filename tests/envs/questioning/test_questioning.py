@@ -1,0 +1,335 @@
+"""The questioning game: case sets, the exact question mapping, rewards that cannot be gamed,
+reference players, evaluation by name and demonstrations."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cli_output import flat
+from mapo.cli import app
+from mapo.config import load_config
+from mapo.envs.base import load_scenarios, make_environment
+from mapo.envs.questioning.cases import CaseError, bundled_case_file, load_case_set
+from mapo.envs.questioning.demos import write_demos
+from mapo.envs.questioning.parse import parse_reply
+from mapo.envs.questioning.players import Player
+from mapo.evaluate.runner import EvalSpec, run_eval
+from mapo.rewards import rewards_from_distances
+
+TQ = "twenty-questions"
+TS = "troubleshooting"
+
+
+def things():
+    return load_case_set(bundled_case_file(TQ)).table("things")
+
+
+def play(env_name, scenario, replies, **options):
+    """Feed `replies` (a list, or a callable conversation -> reply) until the game ends; returns
+    (infos, distances D_0..D_T, conversation)."""
+    env = make_environment(env_name, **options)
+    opening = env.reset(scenario)
+    conversation = [{"role": "system", "content": env.system_prompt}, {"role": "user", "content": opening}]
+    distances = [-env.initial_state[0]]
+    infos = []
+    for t in range(1000):
+        reply = replies(conversation) if callable(replies) else replies[t % len(replies)]
+        result = env.step(reply)
+        infos.append(result.info)
+        distances.append(result.info["distance"])
+        assert result.action == pytest.approx((distances[-2] - distances[-1],))
+        assert result.info["state"] == pytest.approx((-distances[-1],))
+        conversation += [{"role": "assistant", "content": reply}, {"role": "user", "content": result.user_message}]
+        if result.done:
+            return infos, distances, conversation
+    raise AssertionError("the game never ended")
+
+
+def idr_return(distances):
+    return sum(rewards_from_distances(distances, "idr"))
+
+
+# ---------------------------------------------------------------- case sets
+
+
+def test_bundled_case_sets_have_their_sizes_and_splits():
+    table = things()
+    assert len(table.candidates) >= 64 and len(table.attributes) >= 16
+    assert len({table.facts[c] for c in table.candidates}) == len(table.candidates)  # all told apart
+    train, test = load_scenarios(TQ, "train"), load_scenarios(TQ, "test")
+    assert {s.card["secret"] for s in train}.isdisjoint(s.card["secret"] for s in test) and len(test) >= 16
+    devices = load_case_set(bundled_case_file(TS)).tables
+    assert len(devices) >= 6
+    for device in devices:
+        assert len(device.candidates) >= 12 and len(device.attributes) >= 10
+        assert all(device.fixes[f] for f in device.candidates)
+    held_out = {d.name for d in devices if d.split == "test"}
+    train_ts, test_ts = load_scenarios(TS, "train"), load_scenarios(TS, "test")
+    assert held_out and not any(s.card["table"] in held_out for s in train_ts)
+    assert held_out < {s.card["table"] for s in test_ts}
+    assert {s.card["table"] for s in test_ts} - held_out  # held-out faults of training devices too
+    assert {s.id for s in train_ts}.isdisjoint(s.id for s in test_ts)
+
+
+def _case_file(tmp_path, candidates, attributes=None):
+    attributes = attributes or {
+        "alive": {"question": "Is it alive?", "phrases": ["alive"]},
+        "round": {"question": "Is it round?", "phrases": ["round"]},
+    }
+    path = tmp_path / "cases.yaml"
+    path.write_text(json.dumps({"name": "mine", "tables": [{"name": "t", "subject": "thing", "attributes": attributes,
+                                                            "candidates": candidates}]}))
+    load_case_set.cache_clear()
+    return path
+
+
+def test_bad_case_sets_name_the_file_and_field(tmp_path):
+    same = {"dog": {"has": ["alive"]}, "cat": {"has": ["alive"]}, "ball": {"has": ["round"]}}
+    with pytest.raises(CaseError, match=r"cases\.yaml: field tables\[0\]\.candidates\.cat: no attribute tells 'dog' and 'cat' apart"):
+        load_case_set(_case_file(tmp_path, same))
+    unknown = {"dog": {"has": ["alive", "wings"]}, "ball": {"has": ["round"]}}
+    with pytest.raises(CaseError, match=r"cases\.yaml: field tables\[0\]\.candidates\.dog\.has: unknown attribute\(s\) wings"):
+        load_case_set(_case_file(tmp_path, unknown))
+    clash = {"alive": {"question": "Is it alive?", "phrases": ["alive"]}, "dog_like": {"question": "Is it a dog?", "phrases": ["dog"]}}
+    with pytest.raises(CaseError, match=r"attributes\.dog_like\.phrases: 'dog' overlaps the candidate name 'dog'"):
+        load_case_set(_case_file(tmp_path, {"dog": {"has": ["alive"]}, "ball": {}}, clash))
+    compound = {"alive": {"question": "Is it alive and round?", "phrases": ["alive"]},
+                "round": {"question": "Is it round?", "phrases": ["round"]}}
+    with pytest.raises(CaseError, match=r"attributes\.alive\.question: 'Is it alive and round\?' does not ask exactly"):
+        load_case_set(_case_file(tmp_path, {"dog": {"has": ["alive"]}, "ball": {"has": ["round"]}}, compound))
+    with pytest.raises(CaseError, match=r"cases\.yaml: field tables\.0\.candidates\.dog\.colour"):
+        load_case_set(_case_file(tmp_path, {"dog": {"has": ["alive"], "colour": "brown"}, "ball": {}}))
+
+
+def test_pool_larger_than_the_set_is_refused_with_the_file():
+    env = make_environment(TS, pool_size=16)
+    with pytest.raises(CaseError, match=r"troubleshooting\.yaml: pool_size 16: table 'printer' has 12 candidates"):
+        env.reset(load_scenarios(TS, "train")[0])
+    with pytest.raises(ValueError, match="pool_size must be an integer >= 2"):
+        make_environment(TQ, pool_size=1)
+
+
+def test_a_scenario_fixes_its_pool_for_every_dialogue():
+    scenario = load_scenarios(TQ, "test")[3]
+    openings = {make_environment(TQ).reset(scenario, seed=seed) for seed in range(5)}
+    assert len(openings) == 1
+    pool = openings.pop().splitlines()[0].removeprefix("Candidates: ").removesuffix(".").split(", ")
+    assert len(pool) == 8 and scenario.card["secret"] in pool
+    big = make_environment(TQ, pool_size=32).reset(scenario).splitlines()[0]
+    assert len(big.split(", ")) == 32
+
+
+# ---------------------------------------------------------------- the exact mapping
+
+
+@pytest.mark.parametrize(
+    "reply, kind, value",
+    [
+        ("Is it alive?", "question", "alive"),
+        ("  is it a LIVING thing?  ", "question", "alive"),  # a phrase of the same attribute
+        ("Could it be used for sport?", "question", "play"),
+        ('"Is it a container?"', "question", "container"),  # quoted
+        ("Is it alive and round?", "invalid", "several_attributes"),  # compound
+        ("Is it alive, round, soft or sharp?", "invalid", "several_attributes"),  # enumeration of attributes
+        ("Is it a cup or a fork?", "invalid", "names_candidate"),  # listing candidates is not a guess
+        ("Is it a dog?", "invalid", "names_candidate"),
+        ("Is it alive? Is it round?", "invalid", "not_one_question"),  # several question marks
+        ("Is it alive", "invalid", "not_one_question"),  # cut before the question mark
+        ("Is it alive? Does it", "invalid", "not_one_question"),  # cut mid-way through a second one
+        ("Isn't it alive?", "invalid", "negation"),
+        ("Is it not made of metal?", "invalid", "negation"),
+        ("What is it?", "invalid", "off_list"),
+        ("?", "invalid", "off_list"),
+        ("", "invalid", "empty"),
+        ("Guess: dog", "guess", "dog"),
+        ("guess: The Computer Mouse.", "guess", "computer mouse"),
+        ("Guess: dog or cup", "invalid", "unknown_guess"),
+        ("Guess: dog, cup", "invalid", "unknown_guess"),
+        ("Guess: dog. Is it alive?", "invalid", "unknown_guess"),
+        ("Guess: unicorn", "invalid", "unknown_guess"),
+    ],
+)
+def test_replies_map_exactly(reply, kind, value):
+    move = parse_reply(reply, things())
+    assert move.kind == kind
+    assert {"question": move.attribute, "guess": move.candidate, "invalid": move.reason}[kind] == value
+
+
+def test_every_listed_question_asks_its_own_attribute():
+    for name in (TQ, TS):
+        for table in load_case_set(bundled_case_file(name)).tables:
+            for a in table.attributes:
+                assert parse_reply(a.question, table).attribute == a.key
+
+
+# ---------------------------------------------------------------- rewards that cannot be gamed
+
+
+def test_non_questions_earn_nothing_and_a_rephrased_repeat_earns_nothing():
+    scenario = load_scenarios(TQ, "test")[0]
+    gaming = ["Is it alive and round?", "Is it a horse or a rock?", "Is it alive? Is it round?", "", "What is it?",
+              "Is it not alive?", "Is it alive", "Guess: horse or rock", "Guess: unicorn"]
+    infos, distances, conversation = play(TQ, scenario, gaming * 2, max_turns=len(gaming) * 2)
+    assert [i["kind"] for i in infos] == ["invalid"] * len(infos)
+    assert set(distances) == {distances[0]} and infos[-1]["done_reason"] == "timeout"
+    assert all(len(m["content"].split()) <= 10 for m in conversation[3::2])  # one short line each
+    honest, rephrased = "Is it alive?", "Is it a living thing?"
+    infos, distances, _ = play(TQ, scenario, [honest, rephrased, honest], max_turns=3)
+    assert [i["kind"] for i in infos] == ["question", "repeat", "repeat"]
+    assert distances[1] == distances[2] == distances[3]
+
+
+def _guesser(conversation):
+    """Guesses the next pool member every turn, asking nothing."""
+    opening = conversation[1]["content"]
+    pool = opening.splitlines()[0].partition(": ")[2].removesuffix(".").split(", ")
+    return f"Guess: {pool[(len(conversation) - 2) // 2]}"
+
+
+def _questioner_who_never_guesses(conversation):
+    """The optimal questioner, but stalling with a repeat instead of ever guessing."""
+    reply = OPTIMAL.reply(conversation)
+    return "Is it alive?" if reply.startswith("Guess") else reply
+
+
+OPTIMAL = Player("optimal")
+
+
+def test_optimal_player_gets_log2_pool_bits_and_beats_every_shortcut():
+    for pool in (8, 16, 32):
+        returns = {"optimal": [], "guess": [], "never": []}
+        solved = {"optimal": 0, "guess": 0, "never": 0}
+        for scenario in load_scenarios(TQ, "test"):
+            for name, player in (("optimal", OPTIMAL.reply), ("guess", _guesser), ("never", _questioner_who_never_guesses)):
+                infos, distances, _ = play(TQ, scenario, player, pool_size=pool)
+                returns[name].append(idr_return(distances))
+                solved[name] += infos[-1]["done_reason"] == "success"
+                if name == "optimal":
+                    assert sum(i["bits"] for i in infos) == pytest.approx(math.log2(pool))
+                    assert idr_return(distances) == pytest.approx(math.log2(pool) + 1)
+                if name == "guess":  # a wrong guess is a poor question: it never earns more than one bit
+                    assert all(i["bits"] <= 1.0 + 1e-9 for i in infos if i["kind"] == "guess_wrong")
+        n = len(returns["optimal"])
+        assert solved["optimal"] == n and solved["never"] == 0 and solved["guess"] < n
+        # never guessing caps the return at log2(pool): below every solved game
+        assert max(returns["never"]) <= math.log2(pool) + 1e-9 < min(returns["optimal"])
+        assert sum(returns["guess"]) < sum(returns["optimal"])
+
+
+def test_timeout_never_pays_more_than_a_wrong_guess():
+    scenario = load_scenarios(TQ, "test")[0]
+    env = make_environment(TQ)
+    pool = env.reset(scenario).splitlines()[0].partition(": ")[2].removesuffix(".").split(", ")
+    wrong = [c for c in pool if c != scenario.card["secret"]]
+    # the same opening questions, then either stalling into the timeout or guessing wrong
+    for asked in range(0, 3):
+        opening = [OPTIMAL.reply] * asked
+        stall = play(TQ, scenario, _script(opening, lambda c: "What is it?"), max_turns=asked + 1)[1]
+        for name in wrong:
+            guess = play(TQ, scenario, _script(opening, lambda c, n=name: f"Guess: {n}"), max_turns=asked + 1)[1]
+            for kind in ("idr", "outcome"):
+                assert sum(rewards_from_distances(guess, kind)) >= sum(rewards_from_distances(stall, kind)) - 1e-9
+            assert sum(rewards_from_distances(guess, "adr")) >= sum(rewards_from_distances(stall, "adr")) - 1e-9
+    # and a dialogue that times out after narrowing the pool to one never returns what the guess does
+    infos, never, _ = play(TQ, scenario, _questioner_who_never_guesses)
+    infos_solved, solved, _ = play(TQ, scenario, OPTIMAL.reply)
+    assert infos[-1]["done_reason"] == "timeout" and infos[-1]["candidates_left"] == 1
+    for kind in ("idr", "outcome"):
+        assert sum(rewards_from_distances(never, kind)) + 1 == pytest.approx(sum(rewards_from_distances(solved, kind)))
+
+
+def _script(first, then):
+    """A player: the callables in `first` for the first turns, then `then`."""
+    def reply(conversation):
+        t = (len(conversation) - 2) // 2
+        return first[t](conversation) if t < len(first) else then(conversation)
+    return reply
+
+
+# ---------------------------------------------------------------- players, evaluation and demonstrations by name
+
+
+def test_players_on_both_games_read_only_the_conversation():
+    for name in (TQ, TS):
+        for scenario in load_scenarios(name, "test")[:6]:
+            infos, distances, _ = play(name, scenario, OPTIMAL.reply)
+            assert infos[-1]["done_reason"] == "success" and distances[-1] == 0
+            infos, _, _ = play(name, scenario, Player("random", seed=1).reply)
+            assert {i["kind"] for i in infos} <= {"question", "guess_right"}
+
+
+def test_eval_by_name_reports_figures_beside_both_players(tmp_path):
+    spec = EvalSpec(env=TQ, scenarios="test", limit=6, samples=2, max_new_tokens=32, max_sentences=1)
+    result = json.loads(run_eval(Player("random", seed=3), spec, tmp_path / "eval", "player:random").read_text())
+    summary = result["summary"]
+    assert set(summary["references"]) == {"player:optimal"}  # the evaluated player is not repeated
+    optimal = summary["references"]["player:optimal"]["figures"]
+    assert optimal["success_rate"] == 1.0 and optimal["invalid_rate"] == 0.0
+    assert optimal["bits_mean"] == pytest.approx(3.0)  # log2(8) per game; per question about 1 (realised, not expected)
+    assert summary["figures"]["bits_per_question"] < optimal["bits_per_question"]
+    assert summary["dialogues"] == 12 and summary["epmq"] is None
+    turn = [json.loads(line) for line in (tmp_path / "eval" / "transcripts.jsonl").read_text().splitlines()][0]["turns"][0]
+    assert turn["kind"] == "question" and "bits" in turn and "candidates_left" in turn
+
+    out = tmp_path / "cli"
+    cli = CliRunner().invoke(app, ["eval", "--model", "player:optimal", "--env", TS, "--limit", "4", "--output", str(out)])
+    assert cli.exit_code == 0, cli.output
+    text = flat(cli.output)
+    assert "player:optimal: success rate 100.0%" in text and "player:random: success rate" in text
+    config = json.loads((out / "eval.json").read_text())["config"]
+    assert config["max_new_tokens"] == 32 and config["max_sentences"] == 1  # the game's reply limits
+
+
+def test_demonstrations_are_exactly_what_the_rollout_shows(tmp_path):
+    path = tmp_path / "demos.jsonl"
+    counts = write_demos(TQ, "random", 30, "train", path, {"pool_size": 8})
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert counts["written"] == len(lines) == 30
+    scenarios = {s.id: s for s in load_scenarios(TQ, "train")}
+    for record in lines[:10]:
+        messages = record["messages"]
+        env = make_environment(TQ, pool_size=8)
+        assert messages[0] == {"role": "system", "content": env.system_prompt}
+        assert messages[1]["content"] == env.reset(scenarios[record["meta"]["scenario_id"]])
+        assert [m["role"] for m in messages[1:]] == ["user", "assistant"] * record["meta"]["turns"]
+        for reply, answer in zip(messages[2::2], messages[3::2]):
+            assert answer["content"] == env.step(reply["content"]).user_message
+    result = CliRunner().invoke(app, ["env", "demos", TS, "--player", "optimal", "--games", "5", "--out", str(path)])
+    assert result.exit_code == 0 and "5 games written (5 of 5 solved)" in flat(result.output)
+
+
+def test_bundled_configs_run_the_game_by_name():
+    config = load_config(TQ)
+    assert config.env.name == TQ and config.rollout.max_sentences == 1 and config.rollout.samples_per_scenario >= 8
+    assert config.rollout.max_turns == make_environment(TQ, **config.env.options).max_turns
+    assert load_config(TS).env.name == TS
+    assert load_config(None).env.name == "empathy"  # `mapo train` with no options is unchanged
+
+
+def test_mapo_train_by_name_with_the_tiny_model(tmp_path):
+    out = tmp_path / "run"
+    args = ["train", "--config", TQ, "--output", str(out)]
+    for s in ("policy.model=tiny", "policy.lora.r=4", "threads=1", "steps=1", "rollout.samples_per_scenario=2",
+              "rollout.max_turns=2", "rollout.engine=hf", "optim.lr=0.01"):
+        args += ["--set", s]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert {"env_success_rate", "env_invalid_rate", "env_bits_mean"} <= set(metrics[0])
+    turn = json.loads((out / "transcripts.jsonl").read_text().splitlines()[0])["turns"][0]
+    assert turn["kind"] in ("question", "repeat", "invalid", "guess_right", "guess_wrong")
+
+
+def test_a_case_file_of_ones_own_is_a_scenario_source(tmp_path):
+    path = _case_file(tmp_path, {"dog": {"has": ["alive"]}, "ball": {"has": ["round"], "split": "test"},
+                                 "stone": {}})
+    assert [s.id for s in load_scenarios(TQ, str(path))] == ["t/dog", "t/ball", "t/stone"]
+    (scenario,) = load_scenarios(TQ, f"{path}:test")
+    infos, distances, _ = play(TQ, scenario, ["Is it round?", "Is it alive?", "Guess: ball"], pool_size=3)
+    assert [i["kind"] for i in infos] == ["question", "question", "guess_right"]
+    assert distances[0] == pytest.approx(math.log2(3) + 1) and distances[-1] == 0
