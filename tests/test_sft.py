@@ -196,35 +196,33 @@ def _logits(policy, ids):
         return policy.model(input_ids=torch.tensor([ids])).logits
 
 
-def test_the_lora_output_is_a_plain_model_holding_the_trained_weights(tmp_path):
-    config = load_config(None, TINY)
-    run = run_sft(config, output=tmp_path / "run", show_progress=False)
-    final = run / "final"
-    assert "quantization_config" not in json.loads((final / "config.json").read_text()) and not (final / "adapter_config.json").exists()
+def test_the_lora_output_is_a_plain_model_holding_the_trained_weights_for_mapo_train_and_mapo_eval(tmp_path):
+    runner = CliRunner()
+    sft, final = tmp_path / "sft", tmp_path / "sft" / "final"
+    args = ["sft", "--data", str(DATA), "--output", str(sft)]
+    result = runner.invoke(app, [*args, *sum((["--set", s] for s in TINY if "train_file" not in s), [])])
+    assert result.exit_code == 0, result.output
+    assert f"mapo train --set policy.model={final}" in result.output
+    assert "quantization_config" not in json.loads((final / "config.json").read_text())
+    assert not (final / "adapter_config.json").exists()
+    # the merged model computes what the base plus the last step's adapters computes
+    config = load_config(sft / "config.yaml")
     merged = load_policy(PolicySpec(model=str(final), lora=LoraSpec(enabled=False)))
     trained = load_policy(config.policy, seed=config.seed)
-    trained.load_trained(RunFolder(run).latest_checkpoint() / "policy")  # the last step's adapters on the tiny base
+    trained.load_trained(RunFolder(sft).latest_checkpoint() / "policy")
     ids = training_sequence(trained, read_dialogues(DATA)[0], 2048).sequence.input_ids
     assert merged.end_of_turn_id == trained.end_of_turn_id
     assert training_sequence(merged, read_dialogues(DATA)[0], 2048).sequence.input_ids == ids
     assert torch.allclose(_logits(merged, ids), _logits(trained, ids), atol=1e-4)
-    assert not torch.allclose(_logits(load_policy(config.policy, seed=config.seed), ids), _logits(trained, ids), atol=1e-3)  # it did train
+    assert not torch.allclose(_logits(load_policy(config.policy, seed=config.seed), ids), _logits(trained, ids), atol=1e-3)
 
-
-def test_the_output_is_a_policy_model_for_mapo_train_and_mapo_eval(tmp_path):
-    runner = CliRunner()
-    sft = tmp_path / "sft"
-    args = ["sft", "--data", str(DATA), "--output", str(sft)]
-    result = runner.invoke(app, [*args, *sum((["--set", s] for s in TINY if "train_file" not in s), [])])
-    assert result.exit_code == 0, result.output
-    assert f"mapo train --set policy.model={sft / 'final'}" in result.output
-    rl = ["--set", f"policy.model={sft / 'final'}", "--set", "env.name=toy-test", "--set", "steps=1", "--set", "threads=1",
+    rl = ["--set", f"policy.model={final}", "--set", "env.name=toy-test", "--set", "steps=1", "--set", "threads=1",
           "--set", "rollout.engine=hf", "--set", "rollout.max_turns=2", "--set", "rollout.max_new_tokens=6",
           "--set", "rollout.scenarios_per_step=1", "--set", "rollout.samples_per_scenario=2", "--set", "policy.lora.r=4"]
     result = runner.invoke(app, ["train", "--output", str(tmp_path / "rl"), *rl])
     assert result.exit_code == 0, result.output
     assert [m["step"] for m in RunFolder(tmp_path / "rl").read_metrics()] == [1]
-    for model in (sft / "final", sft):  # the model folder, or the SFT run folder that holds it
+    for model in (final, sft):  # the model folder, or the SFT run folder that holds it
         out = tmp_path / f"eval-{model.name}"
         result = runner.invoke(app, ["eval", "--model", str(model), "--env", "toy-test", "--limit", "1", "--max-turns", "1",
                                      "--max-new-tokens", "4", "--engine", "hf", "--output", str(out)])
