@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -27,7 +28,7 @@ from mapo.rollout import RolloutSpec, rollout
 from mapo.run_folder import RunFolder
 from mapo.sft.data import Example, SftDataError, read_dialogues
 from mapo.sft.tokens import dialogue_trajectory, reply_ids, training_sequence
-from mapo.sft.trainer import run_sft
+from mapo.sft.trainer import SftTrainer, lr_factor, run_sft
 from mapo.trainer import train
 from mapo.types import Scenario
 
@@ -294,3 +295,21 @@ def test_a_chained_config_with_bad_data_fails_before_writing_anything(tmp_path):
     with pytest.raises(SftDataError, match=r"demos\.jsonl:1: field messages: no assistant message"):
         train(load_config(None, ["policy.model=tiny", f"sft.train_file={bad}"]), output=tmp_path / "run", show_progress=False)
     assert not (tmp_path / "run").exists()
+
+
+def test_learning_rate_schedules():
+    assert [lr_factor(s, 6, 2, "constant") for s in range(1, 7)] == [0.5, 1.0, 1.0, 1.0, 1.0, 1.0]
+    assert [lr_factor(s, 6, 2, "linear") for s in range(3, 7)] == [1.0, 0.75, 0.5, 0.25]
+    assert [round(lr_factor(s, 4, 0, "cosine"), 4) for s in range(1, 5)] == [1.0, 0.8536, 0.5, 0.1464]
+
+
+def test_a_step_whose_loss_is_not_finite_is_skipped_and_leaves_the_weights_alone():
+    trainer = SftTrainer(load_config(None, [*TINY, "policy.lora.enabled=false"]))
+    before = [p.detach().clone() for p in trainer.policy.trainable_parameters()]
+    head = trainer.policy.model.get_output_embeddings()
+    hook = head.register_forward_hook(lambda module, inputs, output: output * float("inf"))
+    metrics = trainer.train_step(1)
+    hook.remove()
+    assert metrics["skipped_updates"] == 1.0 and not math.isfinite(metrics["loss"])
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.policy.trainable_parameters()))
+    assert trainer.train_step(2)["skipped_updates"] == 0.0
