@@ -29,6 +29,7 @@ from mapo.methods.compeer import ReasoningSpec
 from mapo.methods.rapo import RapoSpec
 from mapo.model_source import LoraSpec, PolicySpec
 from mapo.rollout import RolloutSpec
+from mapo.sft.spec import SftSpec
 from mapo.validation import read_yaml
 
 # mappings passed through to user code unchecked
@@ -138,6 +139,7 @@ class TrainConfig:
     optim: OptimSpec = field(default_factory=OptimSpec)
     rapo: RapoSpec = field(default_factory=RapoSpec)  # RAPO options (mapo.methods.rapo, docs/methods.md)
     reasoning: ReasoningSpec = field(default_factory=ReasoningSpec)  # COMPEER structured reasoning (mapo.methods.compeer)
+    sft: SftSpec = field(default_factory=SftSpec)  # supervised warm start before RL, off until sft.train_file is set (mapo.sft)
 
     def __post_init__(self) -> None:
         if self.steps < 1:

@@ -52,6 +52,7 @@ from mapo.reliability import (
 from mapo.rollout import rollout
 from mapo.run_folder import RunFolder, new_run_dir
 from mapo.runtime import configure_threads, seed_everything, step_seed
+from mapo.sft.chain import check_chain, sft_enabled, warm_start
 from mapo.tracking import Tracking, check_installed
 from mapo.types import Scenario
 from mapo.update import compute_advantages, fill_rewards, make_optimizer, update
@@ -348,7 +349,7 @@ def train(
         if not (run.path / "config.yaml").is_file():
             raise FileNotFoundError(f"--resume {resume}: not a run folder (no config.yaml)")
         config = load_config(run.path / "config.yaml", overrides)
-        trainer = Trainer(config)
+        trainer = Trainer(warm_start(config, run.path, show_progress))  # SFT stage skipped once it is complete
         dump_config(config, run.path / "config.yaml")
         run.discard_partial_checkpoints()
         checkpoint = run.latest_checkpoint()
@@ -358,7 +359,13 @@ def train(
             run.drop_logs_after(0)
     else:
         config = config or load_config(None, overrides)
-        trainer = Trainer(config)  # loads model, scenarios, env first: a bad one leaves no folder behind
-        run = RunFolder(Path(output) if output is not None else new_run_dir(config.output_dir, config.name))
-        dump_config(config, run.path / "config.yaml")
+        if sft_enabled(config):  # SFT first, in the run folder, then RL from its model (mapo.sft.chain)
+            check_chain(config)  # data, model and scenarios before any folder is written
+            run = RunFolder(Path(output) if output is not None else new_run_dir(config.output_dir, config.name))
+            dump_config(config, run.path / "config.yaml")
+            trainer = Trainer(warm_start(config, run.path, show_progress))
+        else:
+            trainer = Trainer(config)  # loads model, scenarios, env first: a bad one leaves no folder behind
+            run = RunFolder(Path(output) if output is not None else new_run_dir(config.output_dir, config.name))
+            dump_config(config, run.path / "config.yaml")
     return trainer.train(run, show_progress=show_progress)

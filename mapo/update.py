@@ -73,6 +73,21 @@ def micro_batches(sequences: Sequence[TrainSequence], token_budget: int) -> list
     return chunks
 
 
+def step_if_finite(
+    optimizer: torch.optim.Optimizer, params: Sequence[torch.nn.Parameter], max_grad_norm: float, loss_value: float
+) -> float | None:
+    """Clip the accumulated gradient and take the optimizer step; returns the pre-clip norm, or None
+    (gradient dropped, weights untouched) when the loss or the norm is not finite: a NaN never
+    reaches the model. Shared by the RL update and SFT (mapo.sft.trainer)."""
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm))
+    if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
+        optimizer.zero_grad(set_to_none=True)
+        log.warning("skipped an update: loss %s, gradient norm %s (not finite)", loss_value, grad_norm)
+        return None
+    optimizer.step()
+    return grad_norm
+
+
 def update(
     policy: Policy,
     optimizer: torch.optim.Optimizer,
@@ -133,13 +148,10 @@ def update(
                 extra.backward()
                 loss_value += float(extra.detach())
             totals["tokens"] += n_tokens
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, optim.max_grad_norm))
-            if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
-                optimizer.zero_grad(set_to_none=True)
+            grad_norm = step_if_finite(optimizer, params, optim.max_grad_norm, loss_value)
+            if grad_norm is None:
                 skipped += 1
-                log.warning("skipped an update: loss %s, gradient norm %s (not finite)", loss_value, grad_norm)
                 continue
-            optimizer.step()
             grad_norms.append(grad_norm)
             totals["loss"] += loss_value
             totals["updates"] += 1

@@ -3,6 +3,7 @@ modules lazily so that `mapo --help` stays instant.
 
     common       the Typer apps, shared options, `mapo version`
     training     mapo train
+    sft          mapo sft
     evaluation   mapo eval / compare / report
     ablation     mapo ablate
     environment  mapo env list / try / calibrate
@@ -15,7 +16,7 @@ import importlib
 from mapo.cli.common import app
 
 # Importing a module registers its commands; this order is the order `mapo --help` lists them in.
-for _module in ("training", "evaluation", "ablation", "environment", "benchmarks", "speed"):
+for _module in ("training", "sft", "evaluation", "ablation", "environment", "benchmarks", "speed"):
     importlib.import_module(f"mapo.cli.{_module}")
 
 

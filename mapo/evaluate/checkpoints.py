@@ -14,12 +14,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from mapo.sft.chain import chained_policy
+from mapo.sft.spec import FINAL, SFT_MARKER
+
 _RUN_CONFIG = "config.yaml"
 
 
 def _run_root(path: Path) -> Path | None:
     """The run folder holding `path` (itself or up to three levels up), if any."""
     for candidate in (path, *list(path.parents)[:3]):
+        if (candidate / SFT_MARKER).is_file():
+            return None  # inside an SFT run (also one a chained run holds): its final/ is a plain model
         if (candidate / _RUN_CONFIG).is_file() and ((candidate / "final").is_dir() or (candidate / "checkpoints").is_dir()):
             return candidate
     return None
@@ -52,6 +57,8 @@ def resolve_model(model: str) -> tuple[Any, Path | None, str, int]:
     from mapo.model_source import LoraSpec, PolicySpec
 
     path = Path(model).expanduser()
+    if (path / SFT_MARKER).is_file():  # an SFT run folder: the model it wrote
+        model = str(path / FINAL)
     config = run_config(model)
     if config is None:
         return PolicySpec(model=model, lora=LoraSpec(enabled=False)), None, model, 0
@@ -59,8 +66,10 @@ def resolve_model(model: str) -> tuple[Any, Path | None, str, int]:
     assert run is not None
     weights = trained_weights(path, run)
     label = f"{run.name}/{weights.relative_to(run).as_posix()}"
-    # device auto: a run trained on a GPU is evaluated wherever this command runs
-    return replace(config.policy, gradient_checkpointing=False, device="auto"), weights, label, config.seed
+    # device auto: a run trained on a GPU is evaluated wherever this command runs; a run with an
+    # sft section trained on top of its SFT model (mapo.sft.chain)
+    spec = replace(chained_policy(config, run), gradient_checkpointing=False, device="auto")
+    return spec, weights, label, config.seed
 
 
 def load_eval_policy(model: str, gguf_file: str | None = None, dtype: str | None = None, seed: int = 0) -> tuple[Any, str]:

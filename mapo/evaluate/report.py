@@ -45,7 +45,7 @@ PANELS = (
     Panel("Success rate and endings", ("success_rate", "done_*"), ylabel="fraction of dialogues",
           exclude=("done_success",)),  # the same numbers as success_rate
     Panel("Gradient norm (pre-clip)", ("grad_norm", "grad_norm_max"), ylabel="L2 norm"),
-    Panel("Loss", ("loss", "pg_loss"), ylabel="loss"),
+    Panel("Loss", ("loss", "pg_loss", "eval_loss"), ylabel="loss"),  # eval_loss: the held-out loss of `mapo sft`
     Panel(
         "Advantage components",
         ("adv_*",),

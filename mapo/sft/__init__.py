@@ -1,0 +1,9 @@
+"""Supervised fine-tuning on dialogues (`mapo sft`), the warm start before RL.
+
+    spec     the `sft` config section
+    data     reading and validating the JSONL dialogues, the held-out split
+    tokens   a dialogue's token ids and trained positions, built by the RL path
+    loss     token-mean cross-entropy over assistant tokens
+    trainer  the loop, checkpoints, and the merged model it writes
+    chain    `mapo train` with an `sft` section: SFT first, then RL from its output
+"""

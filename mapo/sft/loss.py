@@ -1,0 +1,29 @@
+"""Cross-entropy over the assistant tokens of packed dialogues, token-mean over a batch."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from mapo.losses import Batch, TrainSequence, collate
+from mapo.policy import Policy
+from mapo.update import micro_batches
+
+
+def summed_nll(policy: Policy, batch: Batch) -> torch.Tensor:
+    """-sum of log p(token | its prefix) over the batch's trained positions (the replies and their end-of-turn)."""
+    logp, _ = policy.token_logprobs(batch.input_ids, batch.attention_mask, batch.trained)
+    positions = torch.nonzero(batch.trained.any(dim=0)).squeeze(-1)
+    mask = batch.trained[:, positions].to(logp.device)
+    return -logp[mask].sum()
+
+
+@torch.no_grad()
+def held_out_loss(policy: Policy, sequences: Sequence[TrainSequence], token_budget: int) -> float:
+    """Token-mean cross-entropy of `sequences` (no gradient, eval mode)."""
+    policy.model.eval()
+    ordered = sorted(sequences, key=lambda s: len(s.input_ids))
+    total = sum(s.n_trained for s in ordered)
+    nll = sum(float(summed_nll(policy, collate(chunk, policy.pad_id))) for chunk in micro_batches(ordered, token_budget))
+    return nll / total if total else float("nan")
