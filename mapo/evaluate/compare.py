@@ -64,7 +64,7 @@ def _eval_metrics(data: dict[str, Any]) -> list[Metric]:
     metrics = [
         Metric("pass rate (%)", 100.0 * s["pass_rate"]),
         Metric("pass count", s["pass_count"]),
-        Metric("dialogues", s["dialogues"]),
+        Metric("dialogues", s["dialogues"], judged=False),
     ]
     epmq = s.get("epmq") or {}
     names = {"epmq": "EPM-Q", "outcome": "EPM-Q outcome", "efficiency": "EPM-Q efficiency", "stability": "EPM-Q stability"}
