@@ -153,11 +153,17 @@ def compare(
 
 
 def _write_blind(results: list[Path], labels: Optional[list[str]], turns: Optional[int], seed: Optional[int], out: Path) -> None:
+    import json
+
     from mapo.evaluate.blind_pairs import write_blind
 
     if len(results) != 2:
         raise ValueError(f"--blind compares two eval folders, got {len(results)}")
     rater, key, count = write_blind((results[0], results[1]), out, labels, turns, seed)
+    for run in json.loads(key.read_text(encoding="utf-8"))["runs"]:
+        if not run["verdict"]["valid"]:
+            typer.echo(f"note: {run['label']}'s evaluation is invalid ({run['verdict']['reason']}); its transcripts "
+                       "pair as usual, but the score will not report agreement with its EPM-Q")
     typer.echo(f"{count} pairs for the rater: {rater}/pairs.md (read in full), ratings to fill in: {rater}/ratings.csv")
     typer.echo(f"Key (keep it from the rater until the ratings are in): {key}")
     typer.echo(f"Then: mapo compare --score-blind {rater}/pairs.jsonl {key} {rater}/ratings.csv")

@@ -83,12 +83,15 @@ def load_eval_run(folder: str | Path, label: str | None = None) -> EvalRun:
             raise ValueError(f"{transcripts_path}: record {number}: {err}") from None
         transcripts[key] = record
     epmq = {}
-    for scenario in data.get("scenarios", []):
-        for sample in scenario.get("samples", []):
-            score = sample.get("epmq")
-            epmq[(str(scenario["scenario_id"]), int(sample["sample_index"]))] = score["epmq"] if score else None
-    return EvalRun(label or file.parent.name, file.parent, data.get("config", {}), transcripts, epmq,
-                   verdict_of(data["summary"]))
+    try:
+        for scenario in data.get("scenarios", []):
+            for sample in scenario.get("samples", []):
+                score = sample.get("epmq")
+                epmq[(str(scenario["scenario_id"]), int(sample["sample_index"]))] = score["epmq"] if score else None
+        verdict = verdict_of(data["summary"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"{file}: eval result is missing or has a bad {err}") from None
+    return EvalRun(label or file.parent.name, file.parent, data.get("config", {}), transcripts, epmq, verdict)
 
 
 def sha256_of(path: Path) -> str:

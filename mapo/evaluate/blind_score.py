@@ -21,6 +21,7 @@ from typing import Any
 
 from mapo.ablate.intervals import clopper_pearson
 from mapo.evaluate.blind_pairs import KEY_FORMAT, RATINGS_HEADER, SHA_LINE, SIDES, read_records, sha256_of
+from mapo.validation import read_text
 
 CHOICES = {"a": "A", "b": "B", "tie": "tie"}
 
@@ -38,7 +39,7 @@ class Rating:
 
 def read_key(path: Path) -> dict[str, Any]:
     try:
-        key = json.loads(path.read_text(encoding="utf-8"))
+        key = json.loads(read_text(path, "blind-comparison key", RatingsError))
     except json.JSONDecodeError as err:
         raise RatingsError(f"{path}: not valid JSON ({err.msg})") from None
     if not isinstance(key, dict) or key.get("format") != KEY_FORMAT:
@@ -73,7 +74,10 @@ def _score(value: str, where: str, field: str) -> int | None:
 
 def read_ratings(path: Path, pairs_sha256: str, pair_ids: list[str]) -> list[Rating]:
     """The ratings file (the template filled in), checked against the pairs it must rate."""
-    text = path.read_text(encoding="utf-8-sig")
+    try:
+        text = path.read_text(encoding="utf-8-sig")  # a spreadsheet may add a byte-order mark
+    except UnicodeDecodeError as err:
+        raise RatingsError(f"{path}: not UTF-8 text ({err.reason})") from None
     lines = text.splitlines()
     shas = [line[len(SHA_LINE):].strip() for line in lines if line.startswith(SHA_LINE)]
     if not shas:

@@ -192,6 +192,12 @@ def test_pairing_needs_the_same_seed_and_shared_dialogues(tmp_path):
     (tmp_path / "bare" / "eval.json").write_text((base / "eval.json").read_text())
     with pytest.raises(FileNotFoundError, match="no transcripts beside eval.json"):
         load_eval_run(tmp_path / "bare")
+    summary_less = tmp_path / "summary-less"
+    summary_less.mkdir()
+    (summary_less / "eval.json").write_text(json.dumps({"config": {"seed": 0}, "summary": {}, "scenarios": []}))
+    (summary_less / "transcripts.jsonl").write_text("")
+    with pytest.raises(ValueError, match=r"eval.json: eval result is missing or has a bad 'turns_mean'"):
+        load_eval_run(summary_less)
     result = CliRunner().invoke(app, ["compare", "--blind", str(base)])
     assert result.exit_code == 2 and "--blind compares two eval folders, got 1" in result.output
 
@@ -201,6 +207,7 @@ def test_an_invalid_eval_gives_no_epmq_agreement(tmp_path):
     result = CliRunner().invoke(app, ["compare", "--blind", str(base), str(trained), "--seed", "2",
                                       "--output", str(tmp_path / "blind")])
     assert result.exit_code == 0, result.output
+    assert "note: base's evaluation is invalid (74% of the turns" in result.output
     rater, key_path = tmp_path / "blind" / "rater", tmp_path / "blind" / "key.json"
     assert f"Then: mapo compare --score-blind {rater}/pairs.jsonl {key_path} {rater}/ratings.csv" in result.output
     _fill(rater / "ratings.csv", lambda pid: ("B", "", ""))
