@@ -208,8 +208,12 @@ def report_text(result: dict[str, Any], key: dict[str, Any]) -> str:
     if not agreement["computed"]:
         lines.append(f"- EPM-Q agreement not computed: {agreement['reason']}")
     else:
-        lines.append(f"- the judge's EPM-Q (whole dialogues) ordered {_pct(agreement)} decisive pairs as the rater did"
-                     f"; left out: {agreement['equal_epmq']} with equal EPM-Q, {agreement['missing_epmq']} without one")
+        left_out = f"{agreement['equal_epmq']} with equal EPM-Q, {agreement['missing_epmq']} without one"
+        if agreement["decisive"]:
+            lines.append(f"- the judge's EPM-Q (whole dialogues) ordered {_pct(agreement)} decisive pairs as the rater "
+                         f"did; left out: {left_out}")
+        else:
+            lines.append(f"- EPM-Q agreement: no decisive pair whose two dialogues EPM-Q tells apart ({left_out})")
     lines += ["", "| card | pairs | " + " | ".join(labels) + " | tie |", "|---|---:|" + "---:|" * (len(labels) + 1)]
     for card in result["cards"].values():
         lines.append(f"| {card['title']} | {card['pairs']} | " + " | ".join(str(card[label]) for label in labels)

@@ -141,6 +141,13 @@ def test_score_win_rates_interval_cards_and_epmq_agreement(tmp_path):
     _, text = score_blind(rater / "pairs.jsonl", key_path, rater / "ratings.csv", tmp_path / "score2")
     assert "- trained preferred in 2 of 4 (50.0 %, 95 % interval 6.8-93.2 %)" in text and "- ties: 2 of 6" in text
 
+    # EPM-Q that cannot tell the two sides apart gives no agreement figure, and says why
+    same = [eval_folder(tmp_path / "same", label, epmq=lambda c, s: 12.0) for label in ("one", "two")]
+    rater, key_path, _ = write_blind((same[0], same[1]), tmp_path / "same-blind", seed=0)
+    _fill(rater / "ratings.csv", lambda pid: ("A", "", ""))
+    _, text = score_blind(rater / "pairs.jsonl", key_path, rater / "ratings.csv", tmp_path / "score3")
+    assert "- EPM-Q agreement: no decisive pair whose two dialogues EPM-Q tells apart (6 with equal EPM-Q" in text
+
 
 @pytest.mark.parametrize("case, message", [
     ("missing", r"1 of 6 pairs not rated: p6"),
