@@ -73,17 +73,21 @@ def role_options(env_options: Mapping[str, Any], role: str) -> Mapping[str, Any]
 
 
 def json_format_hint(env_options: Mapping[str, Any], verdict: Mapping[str, Any]) -> str | None:
-    """What to try when LLM roles fell back: constrained decoding (`json_format`) for each role that
+    """What to try when LLM roles fell back: constrained decoding (`json_format`) for the roles that
     fell back without it, or, where it is already on, a look at the server and model."""
-    hints = []
+    without, already = [], []
     for role in ROLES:
         options = role_options(env_options, role)
         if options is None or not verdict["fallbacks"].get(role):
             continue
         if options.get("json_format"):
-            hints.append(f"the {role} already uses json_format={options['json_format']} and still fell back: "
-                         "check its server's log and whether the model can follow the prompt")
+            already.append(f"the {role} already uses json_format={options['json_format']} and still fell back: "
+                           "check its server's log and whether the model can follow the prompt")
         else:
-            hints.append(f"the {role} asks for JSON without constrained decoding: if its server supports it, "
-                         f"set roles.{role}.json_format ({JSON_FORMAT_ADVICE})")
-    return "; ".join(hints) or None
+            without.append(role)
+    hints = []
+    if without:
+        keys = " and ".join(f"roles.{role}.json_format" for role in without)
+        hints.append(f"the {' and '.join(without)} asked for JSON without constrained decoding: if the server "
+                     f"supports it, set {keys} ({JSON_FORMAT_ADVICE})")
+    return "; ".join(hints + already) or None

@@ -44,7 +44,8 @@ def test_a_judge_that_answers_garbage_makes_the_eval_invalid_and_exit_1(tmp_path
            "director 0 of 6 turns (0%)), over env.max_fallback_fraction=0.5" in refused.output
     assert "fallback share of turns: judge 100%  director 0%  any 100%" in refused.output
     assert "EPM-Q " not in refused.output.replace("EPM-Q not shown", "")  # no score printed
-    assert "hint: the judge asks for JSON without constrained decoding" in refused.output
+    assert "hint: the judge asked for JSON without constrained decoding: if the server supports it, " \
+           "set roles.judge.json_format (" in refused.output
     assert "json_format: llama_cpp for llama-cpp-python's server" in refused.output
     assert "--allow-fallbacks keeps it" in refused.output
     summary = json.loads((tmp_path / "refused" / "eval.json").read_text())["summary"]
@@ -107,5 +108,8 @@ def test_verdict_rule_and_old_eval_files():
 def test_json_format_hint_reads_both_option_styles():
     verdict = {"fallbacks": {"judge": 2, "director": 0}}
     assert "roles.judge.json_format" in json_format_hint({"judge": "llm", "judge_options": {"model": "m"}}, verdict)
+    both = json_format_hint({"judge": "llm", "director": "llm"}, {"fallbacks": {"judge": 2, "director": 1}})
+    assert both.startswith("the judge and director asked for JSON") and both.count("json_format: llama_cpp") == 1
+    assert "set roles.judge.json_format and roles.director.json_format (" in both
     assert json_format_hint({"roles": {"judge": {"kind": "offline"}}}, verdict) is None
     assert json_format_hint({}, verdict) is None
