@@ -3,6 +3,9 @@
 - `t_interval`: mean ± t(level, n - 1) · s / √n over independent values (the seeds). Student's
   t quantile is exact: the CDF of t with integer degrees of freedom is a finite trigonometric
   series (Abramowitz & Stegun 26.7.3-4), inverted by bisection.
+- `clopper_pearson`: the exact binomial interval for a proportion (k successes in n trials): the
+  p whose upper / lower binomial tail equals (1 - level) / 2, found by bisection on the exact
+  tail sum (log-space terms, so n in the thousands is fine). Never narrower than the level says.
 - `cluster_bootstrap`: a percentile interval for the pooled mean of clustered values (dialogues
   within seeds): each resample draws the seeds with replacement, then the dialogues of every
   drawn seed with replacement, so the spread between seeds is kept, not averaged away as a plain
@@ -77,6 +80,45 @@ def t_interval(values: Sequence[float | None], level: float = LEVEL) -> dict[str
         half = t_quantile(level, a.size - 1) * found["std"] / math.sqrt(a.size)
         found["low"], found["high"] = found["mean"] - half, found["mean"] + half
     return found
+
+
+def binomial_cdf(k: int, n: int, p: float) -> float:
+    """P(X <= k) for X ~ Binomial(n, p), summed exactly (terms in log space)."""
+    if k < 0:
+        return 0.0
+    if k >= n or p <= 0.0:
+        return 1.0
+    if p >= 1.0:
+        return 0.0
+    logs = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * math.log(p) + (n - i) * math.log1p(-p)
+            for i in range(k + 1)]
+    top = max(logs)
+    return min(1.0, math.exp(top) * sum(math.exp(x - top) for x in logs))
+
+
+def _bisect(f: Any, target: float) -> float:
+    """The p in [0, 1] with f(p) = target for an increasing f."""
+    low, high = 0.0, 1.0
+    for _ in range(100):
+        middle = (low + high) / 2
+        low, high = (middle, high) if f(middle) < target else (low, middle)
+    return (low + high) / 2
+
+
+def clopper_pearson(successes: int, trials: int, level: float = LEVEL) -> tuple[float | None, float | None]:
+    """The exact (Clopper-Pearson) interval for a binomial proportion; (None, None) without trials.
+    E.g. 5 of 10 at 95 %: (0.1871, 0.8129); 0 of 10: (0, 1 - 0.025^(1/10) = 0.3085)."""
+    if not 0 < level < 1:
+        raise ValueError(f"confidence level must be in (0, 1), got {level}")
+    if trials < 0 or not 0 <= successes <= trials:
+        raise ValueError(f"need 0 <= successes <= trials, got {successes} of {trials}")
+    if trials == 0:
+        return None, None
+    tail = (1 - level) / 2
+    # lower: P(X >= k | p) = tail, increasing in p; upper: P(X <= k | p) = tail, decreasing in p
+    low = 0.0 if successes == 0 else _bisect(lambda p: 1 - binomial_cdf(successes - 1, trials, p), tail)
+    high = 1.0 if successes == trials else _bisect(lambda p: -binomial_cdf(successes, trials, p), -tail)
+    return low, high
 
 
 def cluster_bootstrap(

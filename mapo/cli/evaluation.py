@@ -50,9 +50,18 @@ def eval_command(
     seed: Annotated[int, typer.Option(help="Seed for sampling and the simulated users.")] = 0,
     batch_scenarios: Annotated[int, typer.Option(help="Scenarios rolled out together.")] = 4,
     engine: EngineOpt = "auto",
+    max_fallback_fraction: Annotated[
+        Optional[float], typer.Option(help="Mark the result invalid when more than this share of turns got a "
+                                      "judge/director fallback (default: the run's env.max_fallback_fraction, or 0.5).")
+    ] = None,
+    allow_fallbacks: Annotated[
+        bool, typer.Option("--allow-fallbacks", help="Exit 0 on an invalid result (it stays marked invalid).")
+    ] = False,
     out: OutOpt = None,
 ) -> None:
-    """Run a policy on a scenario set with EMPA's evaluation settings; write eval.json, transcripts and a viewer."""
+    """Run a policy on a scenario set with EMPA's evaluation settings; write eval.json, transcripts and a viewer.
+
+    Exits 1 when the result is invalid (too many turns scored with fallback values) unless --allow-fallbacks."""
     import json
 
     from mapo.backends.endpoint import BackendError
@@ -60,6 +69,7 @@ def eval_command(
     from mapo.evaluate.checkpoints import load_eval_policy, run_config
     from mapo.evaluate.empa import hacking_line
     from mapo.evaluate.responders import endpoint_policy
+    from mapo.evaluate.validity import json_format_hint
     from mapo.run_folder import new_run_dir
     from mapo.evaluate.runner import eval_spec_for, figures_line, run_eval
 
@@ -71,7 +81,8 @@ def eval_command(
             trained, env, key_values(env_option, "--env-option"), max_sentences=max_sentences, system_prompt=system_prompt,
             scenarios=scenarios, limit=limit, samples=samples, max_turns=max_turns, temperature=temperature,
             top_p=top_p, max_new_tokens=max_new_tokens, max_context_tokens=max_context_tokens, seed=seed,
-            scenarios_per_batch=batch_scenarios, engine=engine,
+            scenarios_per_batch=batch_scenarios, engine=engine, max_fallback_fraction=max_fallback_fraction,
+            allow_fallbacks=allow_fallbacks,
         )
         if endpoint is not None:
             policy = endpoint_policy(endpoint, endpoint_model, api_key_env, concurrency=spec.env_workers)
@@ -81,40 +92,97 @@ def eval_command(
         path = run_eval(policy, spec, out or new_run_dir("runs", "eval"), label)
     except (ValueError, FileNotFoundError, BackendError, EngineError) as err:
         raise fail(err) from None
-    summary = json.loads(path.read_text(encoding="utf-8"))["summary"]
-    epmq = summary["epmq"]["epmq"] if summary["epmq"] else None
-    typer.echo(
-        f"pass {summary['pass_count']}/{summary['dialogues']} ({100 * summary['pass_rate']:.1f}%)  "
-        f"EPM-Q {'n/a' if epmq is None else f'{epmq:.1f}'}  "
-        # DESIGN 3's reported alignment is cos(v_t, -P_{t-1}); EPM-Q's Align uses cos(v_t, v*_0)
-        f"alignment to deficit -P_t-1 {summary['alignment']['deficit']:+.3f}  "
-        f"alignment to v*_0 {summary['alignment']['target']:+.3f}  "
-        f"fallbacks {summary['fallback_total']}"
-    )
+    data = json.loads(path.read_text(encoding="utf-8"))
+    summary, verdict = data["summary"], data["summary"]["validity"]
+    shares = "  ".join(f"{role} {share:.0%}" for role, share in verdict["shares"].items())
+    if verdict["valid"]:
+        epmq = summary["epmq"]["epmq"] if summary["epmq"] else None
+        typer.echo(
+            f"pass {summary['pass_count']}/{summary['dialogues']} ({100 * summary['pass_rate']:.1f}%)  "
+            f"EPM-Q {'n/a' if epmq is None else f'{epmq:.1f}'}  "
+            # DESIGN 3's reported alignment is cos(v_t, -P_{t-1}); EPM-Q's Align uses cos(v_t, v*_0)
+            f"alignment to deficit -P_t-1 {summary['alignment']['deficit']:+.3f}  "
+            f"alignment to v*_0 {summary['alignment']['target']:+.3f}  "
+            f"fallbacks {summary['fallback_total']} (share of turns: {shares})"
+        )
+    else:  # no score printed: a number made of neutral fallback levels gets quoted like any other
+        typer.echo(f"INVALID: {verdict['reason']}")
+        typer.echo(f"fallback share of turns: {shares}; pass rate and EPM-Q not shown (eval.json keeps them, "
+                   "marked invalid)")
+        hint = json_format_hint(data["config"]["env_options"], verdict)
+        if hint:
+            typer.echo(f"hint: {hint}")
     typer.echo(f"reward hacking: {hacking_line(summary['hacking'])}")
     if "figures" in summary:
         typer.echo(f"{label}: {figures_line(summary['figures'])}")
     for name, reference in summary.get("references", {}).items():
         typer.echo(f"{name}: {figures_line(reference['figures'])}")
     typer.echo(f"Eval: {path}\nTranscripts: {path.parent / 'transcripts.jsonl'}\nViewer: {path.parent / 'transcripts.html'}")
+    if not verdict["valid"]:
+        if not allow_fallbacks:
+            typer.echo("error: invalid evaluation (exit 1); --allow-fallbacks keeps it with exit 0", err=True)
+            raise typer.Exit(1)
+        typer.echo("kept as asked (--allow-fallbacks); the result stays marked invalid")
 
 
 @app.command()
 def compare(
-    results: Annotated[list[Path], typer.Argument(help="Two or more eval (or benchmark) result folders / JSON files; the first is the baseline.")],
+    results: Annotated[list[Path], typer.Argument(
+        help="Two or more eval (or benchmark) result folders / JSON files; the first is the baseline. "
+             "With --blind: two eval folders. With --score-blind: PAIRS KEY RATINGS.")],
     label: Annotated[Optional[list[str]], typer.Option(help="A column name per result, in order (default: folder names).")] = None,
+    blind: Annotated[bool, typer.Option("--blind", help="Write pairs of transcripts for a blind rater, and a separate key.")] = False,
+    score_blind: Annotated[bool, typer.Option("--score-blind", help="Score a rater's ratings: PAIRS KEY RATINGS.")] = False,
+    turns: Annotated[Optional[int], typer.Option(help="--blind: show only the first N turns of each dialogue.")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="--blind: seed of the A/B order (default: a fresh one, kept in the key).")] = None,
     out: OutOpt = None,
 ) -> None:
-    """Side-by-side table (markdown and HTML) of results, with each one's difference from the first."""
+    """Side-by-side table (markdown and HTML) of results, with each one's difference from the first;
+    or a blind pairwise comparison of two evals (--blind, then --score-blind; docs/blind-rating.md)."""
     from mapo.run_folder import new_run_dir
-    from mapo.evaluate.compare import write_comparison
 
     try:
-        md, html_path, markdown = write_comparison(results, out or new_run_dir("runs", "compare"), label)
+        if blind and score_blind:
+            raise ValueError("give --blind or --score-blind, not both")
+        if blind:
+            _write_blind(results, label, turns, seed, out or new_run_dir("runs", "blind"))
+        elif score_blind:
+            _score_blind(results, out or new_run_dir("runs", "blind-score"))
+        else:
+            from mapo.evaluate.compare import write_comparison
+
+            md, html_path, markdown = write_comparison(results, out or new_run_dir("runs", "compare"), label)
+            typer.echo(markdown)
+            typer.echo(f"Comparison: {md}\nHTML: {html_path}")
     except (ValueError, FileNotFoundError) as err:
         raise fail(err) from None
-    typer.echo(markdown)
-    typer.echo(f"Comparison: {md}\nHTML: {html_path}")
+
+
+def _write_blind(results: list[Path], labels: Optional[list[str]], turns: Optional[int], seed: Optional[int], out: Path) -> None:
+    import json
+
+    from mapo.evaluate.blind_pairs import write_blind
+
+    if len(results) != 2:
+        raise ValueError(f"--blind compares two eval folders, got {len(results)}")
+    rater, key, count = write_blind((results[0], results[1]), out, labels, turns, seed)
+    for run in json.loads(key.read_text(encoding="utf-8"))["runs"]:
+        if not run["verdict"]["valid"]:
+            typer.echo(f"note: {run['label']}'s evaluation is invalid ({run['verdict']['reason']}); its transcripts "
+                       "pair as usual, but the score will not report agreement with its EPM-Q")
+    typer.echo(f"{count} pairs for the rater: {rater}/pairs.md (read in full), ratings to fill in: {rater}/ratings.csv")
+    typer.echo(f"Key (keep it from the rater until the ratings are in): {key}")
+    typer.echo(f"Then: mapo compare --score-blind {rater}/pairs.jsonl {key} {rater}/ratings.csv")
+
+
+def _score_blind(results: list[Path], out: Path) -> None:
+    from mapo.evaluate.blind_score import score_blind
+
+    if len(results) != 3:
+        raise ValueError(f"--score-blind takes PAIRS KEY RATINGS, got {len(results)} path(s)")
+    md, text = score_blind(results[0], results[1], results[2], out)
+    typer.echo(text)
+    typer.echo(f"Score: {md}")
 
 
 @app.command()

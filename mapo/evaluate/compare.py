@@ -4,6 +4,11 @@ Takes `mapo eval` results (eval.json or its folder) or benchmark results
 (results.json of `mapo bench emobench|eqbench`, or its folder); all inputs must be
 of one kind. Writes a markdown and an HTML table: one row per metric, one column
 per run, and the difference of every later run from the first.
+
+An eval result scored mostly on fallbacks (`mapo.evaluate.validity`) keeps its column, headed
+INVALID: its judged metrics read "invalid" and get no difference, so nothing ranks it; its
+fallback shares and reward-hacking monitor (which no judge makes) are shown, and the reason
+follows the table.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Any
 
 from mapo.evaluate.empa import EPMQ_KEYS, HACKING_HIGHER_IS_BETTER, HACKING_LABELS
 from mapo.evaluate.html import esc, page
+from mapo.evaluate.validity import verdict_of
 
 
 @dataclass
@@ -24,6 +30,7 @@ class Metric:
     name: str
     value: float | None
     higher_is_better: bool = True
+    judged: bool = True  # made from the judge's levels: meaningless when the result is invalid
 
 
 @dataclass
@@ -32,6 +39,11 @@ class Result:
     kind: str  # "eval" | "emobench" | "eqbench"
     path: Path
     metrics: list[Metric]
+    invalid: str | None = None  # why the result's judged metrics are not shown (None: valid)
+
+    @property
+    def heading(self) -> str:
+        return f"{self.label} (INVALID)" if self.invalid else self.label
 
 
 def result_file(path: str | Path) -> Path:
@@ -52,7 +64,7 @@ def _eval_metrics(data: dict[str, Any]) -> list[Metric]:
     metrics = [
         Metric("pass rate (%)", 100.0 * s["pass_rate"]),
         Metric("pass count", s["pass_count"]),
-        Metric("dialogues", s["dialogues"]),
+        Metric("dialogues", s["dialogues"], judged=False),
     ]
     epmq = s.get("epmq") or {}
     names = {"epmq": "EPM-Q", "outcome": "EPM-Q outcome", "efficiency": "EPM-Q efficiency", "stability": "EPM-Q stability"}
@@ -72,7 +84,9 @@ def _eval_metrics(data: dict[str, Any]) -> list[Metric]:
     metrics.append(Metric("final distance D_T (mean)", s["final_distance_mean"], higher_is_better=False))
     for outcome, count in s["outcomes"].items():
         metrics.append(Metric(f"outcome: {outcome}", count, higher_is_better=outcome == "success"))
-    metrics.append(Metric("fallbacks", s["fallback_total"], higher_is_better=False))
+    metrics.append(Metric("fallbacks", s["fallback_total"], higher_is_better=False, judged=False))
+    for role, share in verdict_of(s)["shares"].items():
+        metrics.append(Metric(f"fallback share of turns, {role} (%)", 100.0 * share, higher_is_better=False, judged=False))
     return metrics
 
 
@@ -83,7 +97,7 @@ def _hacking_metrics(hacking: dict[str, float]) -> list[Metric]:
     for key, label in HACKING_LABELS.items():
         better = key in HACKING_HIGHER_IS_BETTER
         rows.append(Metric(f"reward hacking: {label} ({'higher' if better else 'lower'} is better)",
-                           hacking.get(key), higher_is_better=better))
+                           hacking.get(key), higher_is_better=better, judged=False))
     return rows
 
 
@@ -122,18 +136,24 @@ def load_result(path: str | Path, label: str | None = None) -> Result:
         metrics = readers[kind](data)
     except (KeyError, TypeError) as err:
         raise ValueError(f"{file}: {kind} result is missing {err}") from None
-    return Result(label or file.parent.name, kind, file, metrics)
+    verdict = verdict_of(data["summary"]) if kind == "eval" else {"valid": True}
+    return Result(label or file.parent.name, kind, file, metrics, None if verdict["valid"] else verdict["reason"])
 
 
-def delta(value: float | None, base: float | None) -> float | None:
-    if value is None or base is None or not (math.isfinite(value) and math.isfinite(base)):
+def delta(value: float | str | None, base: float | str | None) -> float | None:
+    if not isinstance(value, (int, float)) or not isinstance(base, (int, float)):  # missing or invalid
+        return None
+    if not (math.isfinite(value) and math.isfinite(base)):
         return None
     return value - base
 
 
-def table_rows(results: Sequence[Result]) -> list[tuple[Metric, list[float | None]]]:
+INVALID = "invalid"
+
+
+def table_rows(results: Sequence[Result]) -> list[tuple[Metric, list[float | str | None]]]:
     """(metric of the first result, the values of every result) in the first result's order,
-    then metrics only later results have."""
+    then metrics only later results have; an invalid result's judged values are `INVALID`."""
     order: list[str] = []
     first: dict[str, Metric] = {}
     for result in results:
@@ -141,14 +161,16 @@ def table_rows(results: Sequence[Result]) -> list[tuple[Metric, list[float | Non
             if metric.name not in first:
                 order.append(metric.name)
                 first[metric.name] = metric
-    lookup = [{m.name: m.value for m in r.metrics} for r in results]
+    lookup = [{m.name: INVALID if r.invalid and m.judged else m.value for m in r.metrics} for r in results]
     return [(first[name], [values.get(name) for values in lookup]) for name in order]
 
 
-def _num(value: float | None) -> str:
+def _num(value: float | str | None) -> str:
     """Counts as integers, scores with two decimals, small fractions with three significant digits."""
     if value is None:
         return "–"
+    if isinstance(value, str):
+        return value
     if isinstance(value, int):
         return str(value)
     return f"{value:.2f}" if abs(value) >= 1 else f"{value:.3g}"
@@ -170,23 +192,29 @@ def check_kinds(results: Sequence[Result]) -> None:
 def to_markdown(results: Sequence[Result]) -> str:
     check_kinds(results)
     base = results[0].label
-    header = ["metric", results[0].label]
+    header = ["metric", results[0].heading]
     for r in results[1:]:
-        header += [r.label, f"Δ vs {base}"]
+        header += [r.heading, f"Δ vs {base}"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
     for metric, values in table_rows(results):
         cells = [metric.name, _num(values[0])]
         for value in values[1:]:
             cells += [_num(value), _signed(delta(value, values[0]))]
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + "".join(f"\n{line}\n" for line in invalid_notes(results))
+
+
+def invalid_notes(results: Sequence[Result]) -> list[str]:
+    """One line per invalid result: its name, why, and where its numbers are."""
+    return [f"INVALID {r.label}: {r.invalid}. Its judged metrics are not shown or compared (they are in {r.path})."
+            for r in results if r.invalid]
 
 
 def to_html(results: Sequence[Result]) -> str:
     check_kinds(results)
     base = results[0].label
-    head = f"<th>metric</th><th class='num'>{esc(base)}</th>" + "".join(
-        f"<th class='num'>{esc(r.label)}</th><th class='num'>Δ vs {esc(base)}</th>" for r in results[1:]
+    head = f"<th>metric</th><th class='num'>{esc(results[0].heading)}</th>" + "".join(
+        f"<th class='num'>{esc(r.heading)}</th><th class='num'>Δ vs {esc(base)}</th>" for r in results[1:]
     )
     rows = []
     for metric, values in table_rows(results):
@@ -198,9 +226,10 @@ def to_html(results: Sequence[Result]) -> str:
             cells.append(f"<td class='num'>{_num(value)}</td><td class='num' style='{colour}'>{_signed(d)}</td>")
         rows.append(f"<tr>{''.join(cells)}</tr>")
     sources = "".join(f"<li>{esc(r.label)}: {esc(r.path)}</li>" for r in results)
+    notes = "".join(f"<p style='color:#c2452d'>{esc(line)}</p>" for line in invalid_notes(results))
     body = (
         f"<h1>Comparison ({esc(results[0].kind)})</h1><p class='meta'>Δ = run − {esc(base)}; green is better.</p>"
-        f"<table><tr>{head}</tr>{''.join(rows)}</table><h2>Sources</h2><ul>{sources}</ul>"
+        f"<table><tr>{head}</tr>{''.join(rows)}</table>{notes}<h2>Sources</h2><ul>{sources}</ul>"
     )
     return page(f"mapo compare: {', '.join(r.label for r in results)}", body)
 

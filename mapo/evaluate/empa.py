@@ -68,21 +68,28 @@ def initial_state_of(trajectory: Trajectory) -> tuple[float, ...]:
     raise ValueError(f"trajectory of scenario {trajectory.scenario_id!r}: no initial state and no turn to recover it from")
 
 
-def fallback_counts(trajectory: Trajectory) -> Counter[str]:
-    """How many turns had a fallback, per role, read from the turns' step info.
+def turn_fallbacks(info: Mapping[str, Any]) -> Counter[str]:
+    """Which roles fell back on one turn, read from its step info.
 
     Understands `info["fallbacks"]` as a mapping role -> bool/count, and boolean
     or integer `info["<role>_fallback"]` / `info["fallback"]` entries.
     """
     counts: Counter[str] = Counter()
+    for key, value in info.items():
+        if key == "fallbacks" and isinstance(value, Mapping):
+            for role, flag in value.items():
+                counts[str(role)] += int(flag)
+        elif key == "fallback" or key.endswith("_fallback"):
+            if isinstance(value, (bool, int)):
+                counts[key.removesuffix("_fallback") if key != "fallback" else "any"] += int(value)
+    return +counts
+
+
+def fallback_counts(trajectory: Trajectory) -> Counter[str]:
+    """How many turns had a fallback, per role (`turn_fallbacks` summed over the turns)."""
+    counts: Counter[str] = Counter()
     for turn in trajectory.turns:
-        for key, value in turn.info.items():
-            if key == "fallbacks" and isinstance(value, Mapping):
-                for role, flag in value.items():
-                    counts[str(role)] += int(flag)
-            elif key == "fallback" or key.endswith("_fallback"):
-                if isinstance(value, (bool, int)):
-                    counts[key.removesuffix("_fallback") if key != "fallback" else "any"] += int(value)
+        counts.update(turn_fallbacks(turn.info))
     return +counts
 
 
@@ -129,6 +136,7 @@ def dialogue_metrics(trajectory: Trajectory, scenario: Scenario | None = None) -
         "final_state": [float(x) for x in state.p],
         "energy": state.energy,
         "fallbacks": dict(fallback_counts(trajectory)),
+        "fallback_turns": sum(bool(turn_fallbacks(turn.info)) for turn in trajectory.turns),
     }
 
 
@@ -176,6 +184,9 @@ def aggregate(dialogues: Sequence[dict[str, Any]], transcripts: Sequence[Mapping
         },
         "fallbacks": dict(sorted(fallbacks.items())),
         "fallback_total": sum(fallbacks.values()),
+        # turns with any role's fallback, over all turns: what `mapo.evaluate.validity` judges
+        "turns_total": sum(d["turns"] for d in dialogues),
+        "fallback_turns": sum(d.get("fallback_turns", 0) for d in dialogues),
         "hacking": dialogue_hacking_metrics([(t["user"], t["response"]) for t in r["turns"]] for r in transcripts),
     }
 

@@ -31,6 +31,7 @@ from mapo.envs.base import (
     with_turn_cap,
 )
 from mapo.evaluate.bench import write_jsonl
+from mapo.evaluate.validity import fallback_verdict
 from mapo.evaluate.empa import (
     aggregate,
     dialogue_metrics,
@@ -61,6 +62,9 @@ class EvalSpec:
     scenarios_per_batch: int = 4  # scenarios rolled out together (x samples dialogues per generate call)
     env_workers: int = 8
     engine: str = "auto"  # what samples a local policy's replies: auto | hf | llamacpp (mapo.engines)
+    # a summary with more turns than this scored on judge/director fallbacks is invalid (mapo.evaluate.validity)
+    max_fallback_fraction: float = 0.5
+    allow_fallbacks: bool = False  # keep an invalid summary (exit 0); it stays marked invalid
 
     def rollout_spec(self, scenarios: int) -> RolloutSpec:
         return RolloutSpec(
@@ -85,6 +89,7 @@ def eval_spec_for(
     max_sentences: int | None,
     system_prompt: str | None,
     max_new_tokens: int | None = None,
+    max_fallback_fraction: float | None = None,
     **settings: Any,
 ) -> EvalSpec:
     """`mapo eval`'s settings: what is given, else what the policy's training run used (`trained`,
@@ -92,7 +97,8 @@ def eval_spec_for(
     a run's environment options lose their training-only ending rules (`evaluation_options`).
     The reply limits (max_new_tokens, max_sentences) not given come from the training run,
     else from the environment's `reply_limits` (the questioning game: one short question),
-    else EvalSpec's; max_new_tokens from a training run only for an environment with reply limits."""
+    else EvalSpec's; max_new_tokens from a training run only for an environment with reply limits.
+    The fallback threshold is the run's `env.max_fallback_fraction` unless given."""
     if not env_options and trained is not None and not env:
         env_options = evaluation_options(trained.env.name, trained.env.options)
     env_limits = reply_limits(env or (trained.env.name if trained else EvalSpec.env))
@@ -103,12 +109,15 @@ def eval_spec_for(
         max_new_tokens = from_run or env_limits.get("max_new_tokens", EvalSpec.max_new_tokens)
     if system_prompt is None:
         system_prompt = trained.rollout.system_prompt if trained else EvalSpec.system_prompt
+    if max_fallback_fraction is None:
+        max_fallback_fraction = trained.env.max_fallback_fraction if trained else EvalSpec.max_fallback_fraction
     return EvalSpec(
         env=env or (trained.env.name if trained else EvalSpec.env),
         env_options=env_options,
         max_sentences=max_sentences or None,
         max_new_tokens=max_new_tokens,
         system_prompt=system_prompt,
+        max_fallback_fraction=max_fallback_fraction,
         **settings,
     )
 
@@ -127,12 +136,15 @@ def run_eval(policy: Any, spec: EvalSpec, out_dir: str | Path, policy_label: str
         raise ValueError(f"scenarios_per_batch must be >= 1, got {spec.scenarios_per_batch}")
     if spec.limit is not None and spec.limit < 1:
         raise ValueError(f"limit must be >= 1, got {spec.limit}")
+    if not 0.0 <= spec.max_fallback_fraction <= 1.0:
+        raise ValueError(f"max_fallback_fraction must be in [0, 1], got {spec.max_fallback_fraction}")
     env_options = env_options_for(spec)
     scenarios = load_scenarios(spec.env, spec.scenarios)[: spec.limit]
     started = time.time()
     dialogues, transcripts, engine_used = _play(policy, spec, env_options, scenarios, policy_label)
     seconds = round(time.time() - started, 1)
     summary = aggregate(dialogues, transcripts)
+    summary["validity"] = fallback_verdict(summary, spec.max_fallback_fraction, spec.allow_fallbacks)
     figures = dialogue_summary(spec.env, transcripts)
     if figures is not None:
         summary["figures"] = figures
@@ -160,6 +172,9 @@ def run_eval(policy: Any, spec: EvalSpec, out_dir: str | Path, policy_label: str
         "fallbacks": summary["fallback_total"],
         "reward hacking": hacking_line(summary["hacking"]),
     }
+    if not summary["validity"]["valid"]:  # the viewer shows the dialogues, not a score made of fallbacks
+        headline = {"policy": policy_label, "INVALID": summary["validity"]["reason"],
+                    "fallbacks": summary["fallback_total"], "reward hacking": hacking_line(summary["hacking"])}
     (out / "transcripts.html").write_text(
         render_transcripts(transcripts, f"mapo eval: {policy_label or out.name}", headline), encoding="utf-8"
     )

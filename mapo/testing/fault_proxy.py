@@ -15,7 +15,10 @@ server's reply:
   ``truncated`` (a 200 whose JSON body is cut in half), ``not_json`` (a 200 HTML page);
 - content faults, which reach the role's JSON validation (repair, then fallback):
   ``missing_field`` (the first key of the reply's JSON object dropped) and
-  ``out_of_range`` (every integer in the reply's JSON object set to 7).
+  ``out_of_range`` (every integer in the reply's JSON object set to 7);
+- ``prose``: a well-formed 200 completion whose message is a sentence, not JSON, without asking
+  the upstream (what a small model asked for JSON without constrained decoding often writes).
+  Not among the default kinds; name it in `kinds`.
 
 Everything else is forwarded unchanged, headers (the API key) included. Listens on
 127.0.0.1 only.
@@ -35,7 +38,9 @@ from typing import Any
 
 TRANSPORT_FAULTS = ("server_error", "rate_limit", "hang", "close", "truncated", "not_json")
 CONTENT_FAULTS = ("missing_field", "out_of_range")
-FAULT_KINDS = TRANSPORT_FAULTS + CONTENT_FAULTS
+FAULT_KINDS = TRANSPORT_FAULTS + CONTENT_FAULTS  # the default kinds
+PROSE_REPLY = "The listener seems kind and I would rate this reply as fairly good overall."
+KNOWN_KINDS = FAULT_KINDS + ("prose",)
 _FORWARDED_HEADERS = ("authorization", "content-type", "accept")
 
 
@@ -83,9 +88,9 @@ class FaultProxy:
     ) -> None:
         if not 0.0 <= rate <= 1.0:
             raise ValueError(f"FaultProxy: rate must be in [0, 1], got {rate}")
-        unknown = sorted(set(kinds) - set(FAULT_KINDS))
+        unknown = sorted(set(kinds) - set(KNOWN_KINDS))
         if unknown or not kinds:
-            raise ValueError(f"FaultProxy: unknown fault kind(s) {unknown or '(none given)'}; known: {', '.join(FAULT_KINDS)}")
+            raise ValueError(f"FaultProxy: unknown fault kind(s) {unknown or '(none given)'}; known: {', '.join(KNOWN_KINDS)}")
         self.upstream = upstream.rstrip("/")
         self.rate, self.kinds = rate, tuple(kinds)
         self.retry_after, self.hang_seconds, self.upstream_timeout = retry_after, hang_seconds, upstream_timeout
@@ -162,6 +167,12 @@ class FaultProxy:
                     return None
                 if kind == "not_json":
                     return self._send(200, b"<html><body>502 Bad Gateway</body></html>", {"Content-Type": "text/html"})
+                if kind == "prose":
+                    return self._send(200, json.dumps({
+                        "id": "prose", "object": "chat.completion", "model": "fault-proxy",
+                        "choices": [{"index": 0, "finish_reason": "stop",
+                                     "message": {"role": "assistant", "content": PROSE_REPLY}}],
+                    }).encode())
                 status, reply, headers = proxy._forward(self, body)
                 if kind == "truncated" and status == 200:
                     reply = reply[: len(reply) // 2]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mapo.ablate import AblationPlan, cluster_bootstrap, paired_dialogue_rows, t_interval, t_quantile, training_metrics
-from mapo.ablate.intervals import t_two_sided_cdf
+from mapo.ablate.intervals import binomial_cdf, clopper_pearson, t_two_sided_cdf
 
 
 def test_t_quantiles_match_the_published_table():
@@ -42,6 +42,32 @@ def test_the_t_interval_leaves_out_missing_values_and_needs_two():
     one = t_interval([5.0, None])
     assert one["mean"] == 5.0 and one["low"] is None and one["high"] is None
     assert t_interval([])["mean"] is None
+
+
+def test_clopper_pearson_matches_closed_forms_and_published_values():
+    # k = 0 and k = n have closed forms: (0, 1 - (α/2)^(1/n)) and ((α/2)^(1/n), 1)
+    assert clopper_pearson(0, 10) == (0.0, pytest.approx(1 - 0.025 ** 0.1, abs=1e-12))
+    assert clopper_pearson(10, 10) == (pytest.approx(0.025 ** 0.1, abs=1e-12), 1.0)
+    # beta quantiles (scipy.stats.beta.ppf(0.025, k, n-k+1), ppf(0.975, k+1, n-k)), e.g. 5 of 10: 0.1871-0.8129
+    for k, n, low, high in ((5, 10, 0.18708602844739855, 0.8129139715526015),
+                            (5, 11, 0.16748809406371123, 0.7662064023406547),
+                            (37, 100, 0.2755665796145515, 0.47235164055168316)):
+        assert clopper_pearson(k, n) == (pytest.approx(low, abs=1e-9), pytest.approx(high, abs=1e-9))
+    assert clopper_pearson(0, 0) == (None, None)
+    with pytest.raises(ValueError, match="successes <= trials"):
+        clopper_pearson(4, 3)
+
+
+def test_clopper_pearson_covers_at_least_the_level():
+    """Exact means conservative: for every p the coverage is at least 95 % (here n = 12, the size of a
+    small rating study), computed exactly from the binomial probabilities, not simulated."""
+    n = 12
+    bounds = [clopper_pearson(k, n) for k in range(n + 1)]
+    for p in np.linspace(0.01, 0.99, 99):
+        coverage = sum(binomial_cdf(k, n, p) - binomial_cdf(k - 1, n, p)
+                       for k, (low, high) in enumerate(bounds) if low <= p <= high)
+        assert coverage >= 0.95 - 1e-9, (p, coverage)
+    assert binomial_cdf(3, 10, 0.5) == pytest.approx(176 / 1024)
 
 
 def _clusters(rng, planted, seeds=5, dialogues=24, between=0.5, within=1.0):
