@@ -48,6 +48,11 @@ _estimator_variant("turn", "idr", "turn-level normalised returns only (alpha = 1
 _estimator_variant("batch", "idr", "batch-level normalised rewards only (alpha = 0)")
 _estimator_variant("grpo", "idr", "GRPO: one trajectory-level advantage for every turn")
 _estimator_variant("reinforce_pp", "idr", "REINFORCE++: batch-normalised returns")
+_estimator_variant("rloo", "idr", "RLOO: return minus the mean of the group's other returns, every turn")
+_estimator_variant("mapo", "outcome", "MAPO on the outcome-only reward (D_0 - D_T on the last turn)")
+for _alpha in ("0.25", "0.75"):  # the alpha sweep's inner points (0 is batch-idr, 1 is turn-idr, 0.5 mapo-idr)
+    register_variant(f"mapo-a{_alpha}-idr", "advantage.estimator=mapo", f"advantage.alpha={_alpha}", "reward.kind=idr",
+                     description=f"MAPO with alpha = {_alpha} (turn-level share of the mix)")
 
 # COMPEER and RAPO options on top of mapo-idr (docs/methods.md)
 register_variant("mapo-idr-redundancy", "reward.redundancy=true", description="+ COMPEER redundancy reweighting")
@@ -98,6 +103,8 @@ class EvalBudget:
 
     __pydantic_config__ = {"extra": "forbid"}  # from_dict: a misspelt field is an error
 
+    env: str = "empathy"  # the environment evaluated (the plan's runs train on the one their settings name)
+    env_options: dict[str, Any] = field(default_factory=dict)
     scenarios: str = "test"
     limit: int | None = None
     samples: int = 1
@@ -267,12 +274,45 @@ def study_plan() -> AblationPlan:
     )
 
 
+# The learning study on the exact game (issue #28): the bundled twenty-questions settings (pool
+# 8, 2 secrets x 8 dialogues a step, the game's 7-turn limit, one short question a reply),
+# started from a warm start given on the command line (`--set policy.model=<mapo sft output>`:
+# SmolLM2 does not play the game zero-shot); held-out on the 20 test secrets x 8 dialogues,
+# the optimal and random players beside every evaluation.
+GAME_TRAIN = (
+    "env.name=twenty-questions",
+    "env.options={pool_size: 8}",
+    "rollout.scenarios_per_step=2",
+    "rollout.samples_per_scenario=8",
+    "rollout.max_turns=7",
+    "rollout.max_new_tokens=24",
+    "rollout.max_sentences=1",
+    "checkpoint_every=5",
+    "transcripts_every=5",
+)
+
+
+def game_plan() -> AblationPlan:
+    """MAPO against GRPO, turn-only, batch-only and RLOO on IDR, and MAPO on the outcome-only
+    reward, 5 seeds, on the questioning game from a warm start."""
+    return AblationPlan(
+        variants=["mapo-idr", "grpo-idr", "turn-idr", "batch-idr", "rloo-idr", "mapo-outcome"],
+        seeds=[0, 1, 2, 3, 4],
+        steps=30,
+        train=list(GAME_TRAIN),
+        eval=EvalBudget(env="twenty-questions", env_options={"pool_size": 8}, scenarios="test", samples=8,
+                        max_turns=7, max_new_tokens=24, max_sentences=1),
+        name="game",
+    )
+
+
 # Named plans for `mapo ablate --plan NAME`: a factory returning a fresh AblationPlan. Plug-ins:
 # `PLANS.add`, an entry point of group "mapo.ablation_plans", or a "package.module:factory" path.
 PLANS: Registry[Callable[[], AblationPlan]] = Registry("ablation plan", group="mapo.ablation_plans")
 PLANS.add("default", AblationPlan)
 PLANS.add("quick", quick_plan)
 PLANS.add("study", study_plan)
+PLANS.add("game", game_plan)
 
 
 PLAN_SECTIONS = ("eval", "benchmarks")  # `--set eval.samples=1`, `--set benchmarks.limit=10` change the plan
