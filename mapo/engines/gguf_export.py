@@ -258,7 +258,7 @@ def write_model(
     """The model (LoRA merged unless `merge_lora` is False) as a llama.cpp GGUF file.
 
     `tensor_types` maps llama.cpp tensor names to a gguf quantisation type (e.g. the
-    types of the GGUF the policy came from, to re-quantise as it was shipped);
+    types of a GGUF file, to write a model as that file was quantised);
     other matrices get `default_type`; 1-D tensors (norms) are always F32.
     """
     import gguf

@@ -65,7 +65,7 @@ class LlamaCppSpec:
     # shared CPU a thread more than the idle cores stalls every barrier: 2 threads on 2 busy
     # cores decoded 10x slower than 1 here)
     threads: int | None = None
-    sync: str = "adapter"  # adapter: LoRA as a GGUF adapter | merged: whole model re-quantised, reloaded
+    sync: str = "adapter"  # adapter: LoRA as a GGUF adapter | merged: whole model in base_type, reloaded
     # the base model llama.cpp runs: "source" = the policy's GGUF file as shipped, or a tensor
     # type (F16, Q8_0, ...) to write from the torch weights. F16 computes what torch computes
     # (KL 1e-5 on SmolLM2) and decoded faster here than the shipped Q4_1 (docs/engines.md)
