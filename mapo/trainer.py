@@ -33,8 +33,8 @@ from mapo.backends.openai_compat import shared_stats
 from mapo.config import TrainConfig, config_dict, dump_config, load_config
 from mapo.engines.base import RolloutEngine
 from mapo.engines.factory import make_engine, resolve_engine
-from mapo.engines.llamacpp import MERGED_FROM_SOURCE, SOURCE
 from mapo.engines.hf import HfEngine
+from mapo.engines.llamacpp import MERGED_FROM_SOURCE, SOURCE
 from mapo.envs.base import environment_factory, load_scenarios, transcript_keys_for
 from mapo.losses import packed_sequence
 from mapo.methods import attached_methods
@@ -145,7 +145,9 @@ class Trainer:
         llamacpp = spec.llamacpp
         if not self.policy.lora and llamacpp.sync == "adapter" and resolve_engine(name, self.policy) == "llamacpp":
             if llamacpp.base_type == SOURCE:
-                raise ValueError(f"full fine-tuning (policy.lora.enabled=false) syncs the merged model: {MERGED_FROM_SOURCE}")
+                raise ValueError(
+                    f"full fine-tuning (policy.lora.enabled=false) syncs the merged model: {MERGED_FROM_SOURCE}"
+                )
             llamacpp = dataclasses.replace(llamacpp, sync="merged")  # full fine-tuning: no adapter to send
         kind, path = resolve_source(cfg.policy)
         return make_engine(

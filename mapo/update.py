@@ -91,8 +91,8 @@ def update(
     step's (RAPO self-distillation, mapo.methods.rapo).
 
     `off_policy`: the sequences' old log-probs are a rollout engine's (its behaviour policy,
-    not this forward pass; the trainer sets it for every engine, `hf` included): pi_old becomes the model's own log-prob of the sampled ids and every
-    token's loss is weighted by the truncated importance weight (mapo.engines.importance);
+    not this forward pass; the trainer sets it for every engine, `hf` included): pi_old
+    becomes the model's own log-prob of the sampled ids and every token's loss is weighted by the truncated importance weight (mapo.engines.importance);
     the step's `tis_*` statistics are returned. With one optimizer step per update, pi_old is
     the forward pass's own (detached) log-prob; with more, one no-grad pass computes it first.
 

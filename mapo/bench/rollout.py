@@ -142,7 +142,9 @@ def bench_rollout(
         extra: dict[str, Any] = {"llamacpp_skipped": llama} if isinstance(llama, str) else {
             "engine_start_s": engine_start_s,
             "sync": vars(llama.sync(1)),
-            "mismatch": vars(mismatch_stats(*trainer_and_sampler_logprobs(policy, llama_groups, base.temperature, base.top_p))),
+            "mismatch": vars(
+                mismatch_stats(*trainer_and_sampler_logprobs(policy, llama_groups, base.temperature, base.top_p))
+            ),
         }
     finally:
         if not isinstance(llama, str):

@@ -4,8 +4,9 @@ Run as ``python -m mapo.engines.llamacpp_worker``; mapo.engines.llamacpp starts 
 talks to it over stdin/stdout in length-prefixed pickle frames (one request, one
 reply, carrying the request's id). It runs in a process group of its own, so a Ctrl-C
 at the terminal reaches the trainer, which finishes or abandons the request and stops
-the worker itself; it also exits when its input closes. Everything the C library prints goes to stderr, which the parent sends to
-the engine's log file; the protocol keeps a private copy of the original stdout.
+the worker itself; it also exits when its input closes. Everything the C library
+prints goes to stderr, which the parent sends to the engine's log file; the protocol
+keeps a private copy of the original stdout.
 
 What it does per `sample` request (one turn of a batch of dialogues):
 
