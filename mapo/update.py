@@ -92,8 +92,9 @@ def update(
 
     `off_policy`: the sequences' old log-probs are a rollout engine's (its behaviour policy,
     not this forward pass; the trainer sets it for every engine, `hf` included): pi_old
-    becomes the model's own log-prob of the sampled ids and every token's loss is weighted by the truncated importance weight (mapo.engines.importance);
-    the step's `tis_*` statistics are returned. With one optimizer step per update, pi_old is
+    becomes the model's own log-prob of the sampled ids and every token's loss is weighted
+    by the truncated importance weight (mapo.engines.importance); the step's `tis_*`
+    statistics are returned. With one optimizer step per update, pi_old is
     the forward pass's own (detached) log-prob; with more, one no-grad pass computes it first.
 
     `temperature` and `top_p` must be the ones the sequences were sampled with (the trainer passes
