@@ -188,6 +188,7 @@ def policy_loss(
     total_tokens: int,
     temperature: float = 1.0,
     importance: str | None = None,
+    top_p: float = 1.0,
 ) -> LossTerms:
     """The loss of one micro-batch, normalised by `total_tokens` (trained tokens of the whole batch).
 
@@ -198,12 +199,21 @@ def policy_loss(
     "current" takes pi_old as the current policy (exact in the first optimizer step of an
     update, before any weight changed), "given" takes it from `batch.old_logprobs`; each
     token's loss is weighted by min(pi_old / behaviour, spec.tis_cap), a constant.
+
+    `temperature` and `top_p` are the sampler's: pi_theta and pi_old are probabilities of the
+    distribution it drew from (mapo.nucleus). A token outside the nucleus of pi_old (w = 0) or,
+    in a later epoch, of pi_theta (ratio 0, no gradient) trains nothing.
     """
     if total_tokens <= 0:
         raise ValueError(f"total_tokens must be > 0, got {total_tokens}")
     batch = batch.to(policy.device)
+    if spec.kl_beta > 0 and top_p < 1:
+        raise ValueError(
+            "loss.kl_beta > 0 with rollout.top_p < 1: the KL to the reference is not defined between two "
+            "nucleus policies whose sets differ; set rollout.top_p=1 or loss.kl_beta=0"
+        )
     logp, entropy = policy.token_logprobs(
-        batch.input_ids, batch.attention_mask, batch.trained, temperature=temperature, with_entropy=True
+        batch.input_ids, batch.attention_mask, batch.trained, temperature=temperature, with_entropy=True, top_p=top_p
     )
     positions = torch.nonzero(batch.trained.any(dim=0)).squeeze(-1)
     mask = batch.trained[:, positions]
@@ -211,11 +221,19 @@ def policy_loss(
     logp_t = logp[mask]
     old = logp_t.detach() if importance == "current" else batch.old_logprobs[:, positions][mask]
     adv = batch.advantages[:, positions][mask]
-    per_token, clipped = clipped_surrogate(logp_t, old, adv, spec.eps_low, spec.eps_high)
     old_and_behaviour = None
     if importance is not None:
         behaviour = batch.behaviour_logprobs[:, positions][mask]
         old_and_behaviour = (old.detach().cpu().double().numpy(), behaviour.cpu().double().numpy())
+    # top_p < 1: an id outside a nucleus has log-prob -inf; it trains nothing, and finite stand-ins
+    # (ratio 1) keep the arithmetic (and its gradient) finite
+    inside = torch.isfinite(logp_t) & torch.isfinite(old)
+    if not bool(inside.all()):
+        logp_t = torch.where(inside, logp_t, torch.zeros_like(logp_t))
+        old = torch.where(inside, old, torch.zeros_like(old))
+    per_token, clipped = clipped_surrogate(logp_t, old, adv, spec.eps_low, spec.eps_high)
+    per_token = per_token * inside
+    if old_and_behaviour is not None:
         weights = truncated_importance_weights(*old_and_behaviour, cap=spec.tis_cap)
         per_token = per_token * torch.as_tensor(weights, dtype=per_token.dtype, device=per_token.device)
     pg_sum = per_token.sum()

@@ -24,6 +24,7 @@ from mapo.chat_template import SENTINEL, check_template, end_of_turn_id, fold, l
 from mapo.device import model_device
 from mapo.lora import trainable
 from mapo.model_source import PolicySpec, load_model, load_tokenizer
+from mapo.nucleus import nucleus_logprobs
 from mapo.text import count_sentences
 
 
@@ -163,8 +164,10 @@ class Policy:
         or once they hold `max_sentences` complete sentences (a stop rule, like a stop string:
         the ids kept are exactly the ids sampled, and the reply is whole rather than cut).
 
-        The log-probs are log softmax(logits / temperature) of the sampled ids: the
-        same quantity `token_logprobs` computes for training.
+        The log-probs are those of the distribution each id was drawn from (generate's
+        processed scores: softmax(logits / temperature), renormalised over the nucleus when
+        top_p < 1): the behaviour policy, which the trainer compares with its own pi_old
+        (`token_logprobs` with the same temperature and top_p) in the importance weight.
 
         `caches[i]`, a `KVCache` returned for an earlier prefix of `contexts[i]`, spares
         recomputing that prefix (a dialogue's history, turn after turn); with
@@ -192,7 +195,7 @@ class Policy:
             eos_token_id=self.end_of_turn_id,
             pad_token_id=self.pad_id,
             return_dict_in_generate=True,
-            output_logits=True,
+            output_scores=True,  # after the temperature and top-p processors: what was sampled from
             cache_implementation="static" if self.static_cache else None,
         )
         past = self._batch_cache(contexts, caches, width) if caches is not None and not self.static_cache else None
@@ -208,8 +211,8 @@ class Policy:
         new = out.sequences[:, width:]
         logprobs = torch.stack(
             [
-                torch.log_softmax(step.float() / temperature, dim=-1).gather(-1, new[:, k : k + 1]).squeeze(-1)
-                for k, step in enumerate(out.logits)
+                torch.log_softmax(step.float(), dim=-1).gather(-1, new[:, k : k + 1]).squeeze(-1)
+                for k, step in enumerate(out.scores)
             ],
             dim=1,
         )
@@ -283,15 +286,19 @@ class Policy:
         targets: torch.Tensor,
         temperature: float = 1.0,
         with_entropy: bool = False,
+        top_p: float = 1.0,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """log p(ids[b, j] | ids[b, :j]) at every position j where `targets[b, j]` is True.
+        """log p(ids[b, j] | ids[b, :j]) at every position j where `targets[b, j]` is True, p the
+        tempered softmax, restricted to its nucleus and renormalised when top_p < 1 (mapo.nucleus:
+        -inf for an id outside it); the entropy is the tempered softmax's.
 
         Returns [B, J] tensors over the union J of target positions (0 elsewhere) and,
         on request, the entropy there (no gradient). Logits are only computed at
         those positions, which is most of the saving on a 49k vocabulary. The
         log-probability is the target's logit minus the logsumexp, so no full-size
         log-softmax is kept for the backward pass, and the entropy is taken one row
-        at a time: the [B, J, vocab] logits are the only full-size tensor alive.
+        at a time: the [B, J, vocab] logits are the only full-size tensor alive (top_p < 1
+        adds one masked copy).
         """
         input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
         positions = torch.nonzero(targets.any(dim=0)).squeeze(-1).to(self.device)
@@ -302,8 +309,7 @@ class Policy:
         ).logits.float()
         if temperature != 1.0:
             logits = logits / temperature
-        picked = logits.gather(-1, input_ids[:, positions].unsqueeze(-1)).squeeze(-1)
-        logp = picked - torch.logsumexp(logits, dim=-1)
+        logp = nucleus_logprobs(logits, input_ids[:, positions], top_p)
         entropy = None
         if with_entropy:
             with torch.no_grad():

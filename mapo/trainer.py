@@ -32,8 +32,9 @@ from mapo.backends.endpoint import BackendError
 from mapo.backends.openai_compat import shared_stats
 from mapo.config import TrainConfig, config_dict, dump_config, load_config
 from mapo.engines.base import RolloutEngine
-from mapo.engines.factory import make_engine
+from mapo.engines.factory import make_engine, resolve_engine
 from mapo.engines.hf import HfEngine
+from mapo.engines.llamacpp import MERGED_FROM_SOURCE, SOURCE
 from mapo.envs.base import dialogue_summary, environment_factory, load_scenarios, transcript_keys_for
 from mapo.losses import packed_sequence
 from mapo.methods import attached_methods
@@ -74,6 +75,11 @@ class Trainer:
         self.scenarios = load_scenarios(config.env.name, config.env.scenarios)
         self.methods = attached_methods(config)  # RAPO / COMPEER options that are on, in hook order
         self.rollout_spec = reduce(lambda spec, m: m.rollout_spec(spec), self.methods, config.rollout)
+        if config.loss.kl_beta > 0 and self.rollout_spec.top_p < 1:
+            raise ValueError(
+                f"loss.kl_beta={config.loss.kl_beta} with rollout.top_p={self.rollout_spec.top_p}: the KL to the "
+                "reference is not defined between nucleus policies whose sets differ; use one or the other"
+            )
         self.make_env = reduce(
             lambda make, m: m.wrap_environment(make), self.methods, environment_factory(config.env.name, config.env.options)
         )
@@ -138,7 +144,11 @@ class Trainer:
                 log.warning("rollout.engine=llamacpp: a method's own rollout (RAPO branching) samples with hf")
             name = "hf"
         llamacpp = spec.llamacpp
-        if not self.policy.lora and llamacpp.sync == "adapter":
+        if not self.policy.lora and llamacpp.sync == "adapter" and resolve_engine(name, self.policy) == "llamacpp":
+            if llamacpp.base_type == SOURCE:
+                raise ValueError(
+                    f"full fine-tuning (policy.lora.enabled=false) syncs the merged model: {MERGED_FROM_SOURCE}"
+                )
             llamacpp = dataclasses.replace(llamacpp, sync="merged")  # full fine-tuning: no adapter to send
         kind, path = resolve_source(cfg.policy)
         return make_engine(
@@ -197,10 +207,14 @@ class Trainer:
             if (seq := packed_sequence(trajectory, traj_adv)) is not None
         ]
         rng = np.random.default_rng(step_seed(cfg.seed, step, stream=3))
-        terms = [t for m in self.methods if (t := m.auxiliary_loss(self.policy, groups, cfg.rollout.temperature))]
+        # one source for the sampling distribution: the spec the rollout sampled with (a method may
+        # change it), never config.rollout; every engine's log-probs are the behaviour policy's,
+        # hf's included (generate's numerics), so pi_old is this model's own and the TIS weight corrects
+        sampled = self.rollout_spec
+        terms = [t for m in self.methods if (t := m.auxiliary_loss(self.policy, groups, sampled.temperature))]
         stats = update(
-            self.policy, self.optimizer, sequences, cfg.optim, cfg.loss, cfg.rollout.temperature, rng,
-            auxiliary=_summed(terms) if terms else None, off_policy=self.engine.name != "hf",
+            self.policy, self.optimizer, sequences, cfg.optim, cfg.loss, sampled.temperature, rng,
+            auxiliary=_summed(terms) if terms else None, off_policy=True, top_p=sampled.top_p,
         )
         for method in self.methods:
             method_metrics.update(method.after_update(self.policy))

@@ -98,6 +98,7 @@ def update(
     rng: np.random.Generator | None = None,
     auxiliary: Callable[[], torch.Tensor] | None = None,
     off_policy: bool = False,
+    top_p: float = 1.0,
 ) -> dict[str, float]:
     """`optim.ppo_epochs` passes over the sequences in `optim.minibatches` optimizer steps each.
 
@@ -105,10 +106,14 @@ def update(
     step's (RAPO self-distillation, mapo.methods.rapo).
 
     `off_policy`: the sequences' old log-probs are a rollout engine's (its behaviour policy,
-    not this model): pi_old becomes the model's own log-prob of the sampled ids and every
-    token's loss is weighted by the truncated importance weight (mapo.engines.importance);
-    the step's `tis_*` statistics are returned. With one optimizer step per update, pi_old is
+    not this forward pass; the trainer sets it for every engine, `hf` included): pi_old
+    becomes the model's own log-prob of the sampled ids and every token's loss is weighted
+    by the truncated importance weight (mapo.engines.importance); the step's `tis_*`
+    statistics are returned. With one optimizer step per update, pi_old is
     the forward pass's own (detached) log-prob; with more, one no-grad pass computes it first.
+
+    `temperature` and `top_p` must be the ones the sequences were sampled with (the trainer passes
+    its rollout spec's): pi_old and pi_theta are probabilities of that distribution (mapo.nucleus).
 
     Per optimizer step the loss is the token-mean over the minibatch's trained tokens
     (micro-batches accumulate gradients, each divided by that same count). A step
@@ -123,7 +128,7 @@ def update(
         one_step = optim.ppo_epochs == 1 and min(optim.minibatches, len(sequences)) <= 1
         importance = "current" if one_step else "given"
         if not one_step:
-            sequences = with_trainer_logprobs(policy, sequences, optim.micro_batch_tokens, temperature)
+            sequences = with_trainer_logprobs(policy, sequences, optim.micro_batch_tokens, temperature, top_p)
     pairs: list[tuple[np.ndarray, np.ndarray]] = []
     policy.model.train()
     for epoch in range(optim.ppo_epochs):
@@ -137,7 +142,9 @@ def update(
             optimizer.zero_grad(set_to_none=True)
             loss_value = 0.0
             for chunk in micro_batches(chosen, optim.micro_batch_tokens):
-                terms = policy_loss(policy, collate(chunk, policy.pad_id), loss_spec, n_tokens, temperature, importance)
+                terms = policy_loss(
+                    policy, collate(chunk, policy.pad_id), loss_spec, n_tokens, temperature, importance, top_p
+                )
                 if epoch == 0 and terms.old_and_behaviour is not None:
                     pairs.append(terms.old_and_behaviour)
                 terms.loss.backward()
@@ -181,15 +188,16 @@ def update(
 
 
 def with_trainer_logprobs(
-    policy: Policy, sequences: Sequence[TrainSequence], token_budget: int, temperature: float
+    policy: Policy, sequences: Sequence[TrainSequence], token_budget: int, temperature: float, top_p: float = 1.0
 ) -> list[TrainSequence]:
-    """The sequences with the model's own log-probs as old_logprobs and the sampler's kept as behaviour."""
+    """The sequences with the model's own log-probs as old_logprobs and the sampler's kept as behaviour
+    (-inf where top_p < 1 leaves a sampled id outside the model's nucleus)."""
     out: list[TrainSequence] = []
     policy.model.eval()
     with torch.no_grad():
         for chunk in micro_batches(sequences, token_budget):
             batch = collate(chunk, policy.pad_id)
-            logp, _ = policy.token_logprobs(batch.input_ids, batch.attention_mask, batch.trained, temperature)
+            logp, _ = policy.token_logprobs(batch.input_ids, batch.attention_mask, batch.trained, temperature, top_p=top_p)
             positions = torch.nonzero(batch.trained.any(dim=0)).squeeze(-1).tolist()
             for row, seq in enumerate(chunk):
                 old = [0.0] * len(seq.input_ids)

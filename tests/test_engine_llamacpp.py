@@ -33,21 +33,21 @@ def _randomise_lora(policy, seed: int) -> None:
                 param.copy_(torch.randn(param.shape, generator=generator) * 0.05)
 
 
-def _torch_logprobs(policy, context: list[int], reply: list[int]) -> list[float]:
+def _torch_logprobs(policy, context: list[int], reply: list[int], top_p: float = 1.0) -> list[float]:
     ids = torch.tensor([context + reply])
     targets = torch.zeros_like(ids, dtype=torch.bool)
     targets[0, len(context) :] = True
     with torch.no_grad():
-        logp, _ = policy.token_logprobs(ids, torch.ones_like(ids), targets, temperature=TEMPERATURE)
+        logp, _ = policy.token_logprobs(ids, torch.ones_like(ids), targets, temperature=TEMPERATURE, top_p=top_p)
     return logp[0].tolist()
 
 
-def _gap(policy, contexts, samples) -> float:
+def _gap(policy, contexts, samples, top_p: float = 1.0) -> float:
     """The largest |torch log-prob - engine log-prob| over every sampled token."""
     gaps = [
         abs(a - b)
         for context, sample in zip(contexts, samples)
-        for a, b in zip(_torch_logprobs(policy, list(context), sample.ids), sample.logprobs)
+        for a, b in zip(_torch_logprobs(policy, list(context), sample.ids, top_p), sample.logprobs)
     ]
     assert gaps, "nothing was sampled"
     return max(gaps)
@@ -304,3 +304,171 @@ def test_eval_samples_through_the_llamacpp_engine(tmp_path):
     path = run_eval(policy, spec, tmp_path, "tiny")
     result = json.loads(path.read_text())
     assert result["config"]["engine_used"] == "llamacpp" and result["summary"]["dialogues"] == 1
+
+
+# ---------------------------------------------------------------- off-policy correctness (issue 31)
+
+
+def test_top_p_engine_logprobs_are_the_trainers_nucleus_logprobs(tiny_lora, engine):
+    """With top_p < 1 the engine reports the log-prob of the renormalised nucleus it drew from,
+    and the trainer's pi_old (token_logprobs with the same top_p) is that same number."""
+    torch.manual_seed(11)
+    contexts = _contexts(tiny_lora)
+    samples = engine.sample(contexts, max_new_tokens=12, temperature=TEMPERATURE, top_p=0.9)
+    assert _gap(tiny_lora, contexts, samples, top_p=0.9) < 2e-3
+    full = [lp for c, s in zip(contexts, samples) for lp in _torch_logprobs(tiny_lora, c, s.ids)]
+    engine_logprobs = [lp for s in samples for lp in s.logprobs]
+    assert max(e - f for e, f in zip(engine_logprobs, full)) > 0.05  # the nucleus mass is not left out
+
+
+def test_merged_sync_ships_weights_peft_trains_whole(tmp_path):
+    """peft `modules_to_save` (the final norm, the untied output head): the merged export writes
+    the trained copies, so the engine computes the trained model, not the frozen originals."""
+    from peft import LoraConfig, get_peft_model
+
+    from mapo.model_source import LoraSpec, PolicySpec, load_model, load_tokenizer
+    from mapo.policy import Policy
+
+    spec = PolicySpec(model="tiny", lora=LoraSpec(r=4, alpha=8))
+    tokenizer = load_tokenizer(spec)
+    model = get_peft_model(
+        load_model(spec, tokenizer, seed=0),
+        LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], modules_to_save=["model.norm", "lm_head"]),
+    )
+    policy = Policy(model, tokenizer, lora=True)
+    generator = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.requires_grad:  # LoRA B and the two trained copies move away from the originals
+                param.add_(torch.randn(param.shape, generator=generator) * (0.05 if "lora_B" in name else 0.5))
+    with LlamaCppEngine(policy, slots=2, context_per_slot=256, spec=LlamaCppSpec(threads=1, base_type="F32", sync="merged"),
+                        workdir=tmp_path) as engine:
+        engine.sync(1)
+        torch.manual_seed(9)
+        contexts = _contexts(policy, 2)
+        assert _gap(policy, contexts, engine.sample(contexts, max_new_tokens=10, temperature=TEMPERATURE)) < 2e-3
+    with LlamaCppEngine(policy, slots=2, context_per_slot=256, spec=LlamaCppSpec(threads=1, base_type="F32"),
+                        workdir=tmp_path / "adapter") as engine:
+        with pytest.raises(Exception, match=r"model\.norm\.weight.*sync=merged"):
+            engine.sync(1)  # an adapter cannot carry them: refused, named
+
+
+def test_worker_runs_in_its_own_process_group(engine):
+    """A Ctrl-C at the terminal goes to the trainer's process group; the worker is not in it."""
+    import os
+
+    pid = engine.process.pid
+    assert os.getpgid(pid) == pid != os.getpgrp()
+
+
+def test_a_reply_to_an_abandoned_request_never_answers_the_next(tiny_lora, engine, monkeypatch):
+    """A Ctrl-C while waiting for a reply abandons the request; its reply, arriving later, is
+    dropped instead of being read as the answer to the next request."""
+    import mapo.engines.llamacpp as module
+
+    real = module.select.select
+    calls = {"n": 0}
+
+    class Interrupting:
+        @staticmethod
+        def select(rlist, wlist, xlist, timeout=None):
+            if not wlist and calls["n"] == 0:  # the first wait for a reply: interrupted
+                calls["n"] += 1
+                raise KeyboardInterrupt
+            return real(rlist, wlist, xlist, timeout)
+
+    monkeypatch.setattr(module, "select", Interrupting)
+    one = _contexts(tiny_lora, 1)
+    with pytest.raises(KeyboardInterrupt):
+        engine.sample(one, max_new_tokens=6, temperature=TEMPERATURE)
+    monkeypatch.undo()
+    torch.manual_seed(12)
+    contexts = [c + [tiny_lora.end_of_turn_id] + tiny_lora.next_prompt_ids("And then?") for c in _contexts(tiny_lora, 3)]
+    samples = engine.sample(contexts, max_new_tokens=6, temperature=TEMPERATURE)
+    assert len(samples) == 3  # this request's reply, not the abandoned one's (one context)
+    assert _gap(tiny_lora, contexts, samples) < 2e-3
+
+
+def test_a_worker_that_takes_no_request_times_out_and_is_restarted(tiny_lora, tmp_path):
+    """A write to a worker that does not read (stopped) waits at most timeout_s, then the worker
+    is replaced; before, the trainer blocked in the write for ever."""
+    import os
+    import signal
+    import threading
+
+    spec = LlamaCppSpec(threads=1, base_type="F32", timeout_s=2.0)
+    with LlamaCppEngine(tiny_lora, slots=8, context_per_slot=4200, spec=spec, workdir=tmp_path) as engine:
+        engine.sync(0)
+        stopped = engine.process.pid
+        os.kill(stopped, signal.SIGSTOP)
+        # 8 x 4000 ids of 3 pickled bytes: more than a pipe holds, so the write itself must wait
+        contexts = [[1000 + (k * 37 + j) % 20000 for j in range(4000)] for k in range(8)]
+        outcome = {}
+
+        def ask():
+            try:
+                outcome["samples"] = engine.sample(contexts, max_new_tokens=1, temperature=TEMPERATURE)
+            except EngineError as err:  # the restarted worker too slow for 2 s on a busy machine: also an answer
+                outcome["error"] = err
+
+        thread = threading.Thread(target=ask, daemon=True)
+        thread.start()
+        thread.join(120)
+        hung = thread.is_alive()
+        if hung:
+            os.kill(stopped, signal.SIGKILL)  # release the blocked write
+            thread.join(30)
+        assert not hung, "the write to a stopped worker never timed out"
+        assert engine.restarts == 1 and outcome
+        with pytest.raises(ProcessLookupError):
+            os.kill(stopped, 0)  # the stopped worker was killed, not left behind
+
+
+def test_a_failed_decode_leaves_no_record_of_ids_the_cache_lacks(tiny_lora, tmp_path, monkeypatch):
+    """The worker records a slot's cached ids only once llama.cpp decoded them: after a failed
+    decode the next request recomputes what is missing (same log-probs as torch)."""
+    import llama_cpp
+
+    from mapo.engines.gguf_export import write_model
+    from mapo.engines.llamacpp_worker import Decoder
+    from mapo.engines.wire import WorkerError
+
+    write_model(tiny_lora.model, tiny_lora.tokenizer, tmp_path / "m.gguf", default_type="F32")
+    tiny_lora.tokenizer.save_pretrained(str(tmp_path / "tok"))
+    decoder = Decoder(str(tmp_path / "m.gguf"), slots=1, context_per_slot=512, threads=1, batch=512,
+                      tokenizer=str(tmp_path / "tok" / "tokenizer.json"))
+    try:
+        decoder.set_adapter(None, 0)
+
+        def request(contexts, seed):
+            return {"contexts": contexts, "version": 0, "max_new_tokens": 8, "threads": 1, "seed": seed,
+                    "end_of_turn_id": tiny_lora.end_of_turn_id, "max_sentences": None, "temperature": TEMPERATURE,
+                    "top_p": 1.0}
+
+        first = _contexts(tiny_lora, 1)[0]
+        decoder.sample(request([first], 1))
+        longer = first + [tiny_lora.end_of_turn_id] + tiny_lora.next_prompt_ids("Tell me more, please.")
+        monkeypatch.setattr(llama_cpp, "llama_decode", lambda ctx, batch: 1)  # the KV cache is "full"
+        with pytest.raises(WorkerError, match="llama_decode returned 1"):
+            decoder.sample(request([longer], 2))
+        monkeypatch.undo()
+        reply = decoder.sample(request([longer], 3))
+    finally:
+        decoder.close()
+    # the file holds the LoRA merged in: torch's policy computes the same function
+    assert np.allclose(reply["logprobs"][0], _torch_logprobs(tiny_lora, longer, reply["ids"][0]), atol=2e-3)
+
+
+def test_an_engine_folder_left_by_a_killed_run_is_cleaned_at_start_and_removed_at_close(tiny_lora, tmp_path):
+    workdir = tmp_path / "engine"
+    workdir.mkdir()
+    for name in ("adapter-7.gguf", "model-3.gguf", "adapter-8.gguf.tmp", "base.gguf"):
+        (workdir / name).write_bytes(b"left by a killed run")
+    spec = LlamaCppSpec(threads=1, base_type="F32")
+    with LlamaCppEngine(tiny_lora, slots=1, context_per_slot=128, spec=spec, workdir=workdir, log_dir=tmp_path,
+                        remove_workdir=True) as engine:
+        engine.sync(8)
+        left = sorted(p.name for p in workdir.glob("*.gguf*"))
+        assert left == ["adapter-8.gguf", "base.gguf"]  # the stale files are gone, base.gguf rewritten
+        assert (workdir / "base.gguf").read_bytes() != b"left by a killed run"
+    assert not workdir.exists() and (tmp_path / "llamacpp.log").is_file()

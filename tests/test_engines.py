@@ -171,14 +171,16 @@ def test_worker_draw_follows_the_tempered_softmax():
     assert np.allclose(logprobs, np.log(p[tokens]), atol=1e-5)
 
 
-def test_worker_draw_top_p_keeps_the_nucleus_and_reports_full_logprobs():
+def test_worker_draw_top_p_keeps_the_nucleus_and_reports_its_renormalised_logprobs():
     from mapo.engines.sampling import draw
 
     rng = np.random.default_rng(1)
     logits = np.log(np.array([0.5, 0.3, 0.15, 0.05], dtype=np.float32))
     tokens, logprobs = draw(np.tile(logits, (5000, 1)), 1.0, 0.7, rng)
     assert set(tokens.tolist()) == {0, 1}  # 0.5 + 0.3 reaches 0.7; 0.15 and 0.05 are cut
-    assert np.allclose(logprobs, logits[tokens], atol=1e-5)  # log-probs of the untruncated policy, as hf records
+    # the log-prob of the distribution drawn from: the nucleus renormalised (0.5 / 0.8, 0.3 / 0.8)
+    assert np.allclose(logprobs, logits[tokens] - np.log(0.8), atol=1e-5)
+    assert np.mean(tokens == 0) == pytest.approx(0.5 / 0.8, abs=0.03)
 
 
 def test_worker_common_prefix():

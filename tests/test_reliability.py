@@ -202,12 +202,15 @@ def uninterrupted(tmp_path_factory):
     return RunFolder(out).read_metrics()
 
 
-def _spawn(out: Path, extra_env: dict[str, str] | None = None, resume: bool = False, settings=CRASH) -> subprocess.Popen:
+def _spawn(
+    out: Path, extra_env: dict[str, str] | None = None, resume: bool = False, settings=CRASH, own_group: bool = False
+) -> subprocess.Popen:
     tests = str(Path(__file__).parent)
     boot = f"import sys; sys.path.insert(0, {tests!r}); import tiny_policy; from mapo.cli import main; sys.argv = ['mapo', *sys.argv[1:]]; main()"
     args = ["train", "--resume", str(out)] if resume else ["train", "--output", str(out), *sum((["--set", s] for s in settings), [])]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", **(extra_env or {})}
-    return subprocess.Popen([sys.executable, "-c", boot, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen([sys.executable, "-c", boot, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=own_group)
 
 
 def _wait_for(condition, proc: subprocess.Popen, timeout: float = 240) -> None:
@@ -284,6 +287,26 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_cleanly(tmp_path, uninterrupted):
     _assert_folder_sound(out)
     resumed = train(resume=out, show_progress=False)
     _assert_same_run(RunFolder(resumed).read_metrics(), uninterrupted)
+
+
+def test_ctrl_c_at_the_terminal_stops_the_trainer_not_the_engine_worker(tmp_path):
+    """A terminal's Ctrl-C signals the whole foreground process group. The llama.cpp worker has a
+    group of its own: it is not killed mid-request; the trainer checkpoints and stops it itself."""
+    pytest.importorskip("llama_cpp")
+    out = tmp_path / "run"
+    proc = _spawn(out, settings=[*CRASH, "rollout.engine=llamacpp", "rollout.llamacpp.threads=1"], own_group=True)
+    try:
+        _wait_for(lambda: (out / "metrics.jsonl").exists() and (out / "metrics.jsonl").read_text().count("\n") >= 1, proc)
+        os.killpg(proc.pid, signal.SIGINT)  # what the terminal does
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, output[-3000:]
+    assert "Traceback" not in output and "restarting it once" not in output
+    assert "KeyboardInterrupt" not in (out / "llamacpp.log").read_text()  # the worker never saw the Ctrl-C
+    assert not (out / "engine").exists()  # stopped and cleaned up by the trainer
+    _assert_folder_sound(out)
 
 
 LONG = [*CRASH, "steps=16", "checkpoint_every=1"]

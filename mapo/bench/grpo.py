@@ -72,7 +72,7 @@ def our_step(policy: Any, engine: Any, optimizer: torch.optim.Optimizer, prompts
                                        [0.0] * n + [float(advantage)] * m, [0.0] * n + list(sample.logprobs)))
     optim = dataclasses.replace(config.optim, ppo_epochs=1, minibatches=1)
     update(policy, optimizer, sequences, optim, config.loss, config.rollout.temperature,
-           off_policy=engine.name != "hf")
+           off_policy=True, top_p=config.rollout.top_p)
     engine.sync(step)
     seconds, tokens = time.perf_counter() - start, float(sum(len(s.ids) for s in samples))
     return {"seconds": seconds, "reward_mean": sum(rewards) / len(rewards), "completions": float(len(samples)),

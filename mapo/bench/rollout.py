@@ -64,7 +64,9 @@ def measure(
     }, groups
 
 
-def trainer_and_sampler_logprobs(policy: Policy, groups: list[Group], temperature: float) -> tuple[np.ndarray, np.ndarray]:
+def trainer_and_sampler_logprobs(
+    policy: Policy, groups: list[Group], temperature: float, top_p: float = 1.0
+) -> tuple[np.ndarray, np.ndarray]:
     """(the torch model's log-probs, the sampler's) of every sampled reply token: one forward per dialogue."""
     old, behaviour = [], []
     for group in groups:
@@ -75,7 +77,7 @@ def trainer_and_sampler_logprobs(policy: Policy, groups: list[Group], temperatur
                 targets[0, turn.prompt_length : turn.prompt_length + len(turn.response_ids)] = True
                 behaviour += turn.old_logprobs
             with torch.no_grad():
-                logp, _ = policy.token_logprobs(ids, torch.ones_like(ids), targets, temperature=temperature)
+                logp, _ = policy.token_logprobs(ids, torch.ones_like(ids), targets, temperature=temperature, top_p=top_p)
             old += logp[0].tolist()
     return np.asarray(old), np.asarray(behaviour)
 
@@ -140,7 +142,9 @@ def bench_rollout(
         extra: dict[str, Any] = {"llamacpp_skipped": llama} if isinstance(llama, str) else {
             "engine_start_s": engine_start_s,
             "sync": vars(llama.sync(1)),
-            "mismatch": vars(mismatch_stats(*trainer_and_sampler_logprobs(policy, llama_groups, base.temperature))),
+            "mismatch": vars(
+                mismatch_stats(*trainer_and_sampler_logprobs(policy, llama_groups, base.temperature, base.top_p))
+            ),
         }
     finally:
         if not isinstance(llama, str):

@@ -4,11 +4,14 @@ Two forms, both for Llama-architecture models (SmolLM2, Llama, Mistral-style den
 
 - `write_lora_adapter`: the LoRA matrices alone as a GGUF adapter (general.type
   "adapter"); llama.cpp adds scale * B (A x) to the base layer's output at run time,
-  so the quantised base stays as it is and a sync moves a few MB.
-- `write_model`: a whole model (LoRA merged in when there is one), each tensor in the
+  so the quantised base stays as it is and a sync moves a few MB. It refuses a policy
+  that trains any other weight (peft `modules_to_save`, an unfrozen norm): the engine
+  would keep serving the stale copy of it.
+- `write_model`: a whole model (LoRA merged in when there is one, peft's trained
+  `modules_to_save` copies in place of the originals), each tensor in the
   type asked for (F32, F16, Q8_0, Q4_1, ... quantised with gguf-py), with the
   tokenizer's vocabulary; used for a base that has no GGUF file (a tiny test model,
-  an HF folder) and for merged + re-quantised syncs.
+  an HF folder) and for merged syncs (F16, Q8_0 or F32: never back to a 4-bit type).
 
 Layout facts of the format: a GGUF tensor lists its dimensions fastest first, so a
 torch [out, in] weight is stored as is; llama.cpp applies rotary embeddings to
@@ -43,6 +46,7 @@ LAYER_TENSORS = {
 TOP_TENSORS = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
 SUPPORTED_TYPES = ("llama", "mistral")
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
+_MODULES_TO_SAVE = re.compile(r"\.modules_to_save\.[^.]+\.")  # peft's trained copy of a whole module
 
 
 class ExportError(ValueError):
@@ -133,16 +137,45 @@ def lora_pairs(model: torch.nn.Module) -> dict[str, LoraPair]:
     return pairs
 
 
+def _plain_name(name: str) -> str:
+    """The transformers parameter name under peft's wrappers (base_layer, modules_to_save copy)."""
+    return _MODULES_TO_SAVE.sub(".", name).replace(".base_layer.", ".")
+
+
+def _is_lora_matrix(name: str) -> bool:
+    return ".lora_A." in name or ".lora_B." in name
+
+
+def trained_outside_lora(model: torch.nn.Module) -> list[str]:
+    """The trainable parameters of a peft model that are not LoRA A/B matrices, by HF name
+    ("model.norm.weight"); a LoRA adapter file cannot carry them."""
+    names = []
+    for name, param in _base(model).named_parameters():
+        if param.requires_grad and not _is_lora_matrix(name):
+            names.append(_plain_name(name))
+    return names
+
+
 def dense_weights(model: torch.nn.Module, merge_lora: bool) -> Iterator[tuple[str, torch.Tensor]]:
-    """(HF parameter name, float32 CPU tensor) of the model; LoRA deltas added when `merge_lora`."""
+    """(HF parameter name, float32 CPU tensor) of the model; LoRA deltas added when `merge_lora`.
+
+    A module peft trains whole (`modules_to_save`) is written from the active adapter's copy,
+    not the frozen original; `lm_head` is left out only when it is the embedding matrix itself
+    (tied): llama.cpp then uses token_embd as the output matrix.
+    """
     pairs = lora_pairs(model) if merge_lora else {}
-    config = _base(model).config
+    active = f".modules_to_save.{getattr(model, 'active_adapter', 'default')}."
+    tensors: dict[str, torch.Tensor] = {}
     for name, tensor in _base(model).state_dict().items():
-        if ".lora_" in name or "rotary_emb" in name:
+        if ".lora_" in name or "rotary_emb" in name or ".original_module." in name:
             continue
-        name = name.replace(".base_layer.", ".")
-        if name == "lm_head.weight" and getattr(config, "tie_word_embeddings", False):
-            continue  # llama.cpp uses token_embd as the output matrix when `output` is absent
+        if ".modules_to_save." in name and active not in name:
+            continue  # another adapter's copy
+        tensors[_plain_name(name)] = tensor
+    head, embedding = tensors.get("lm_head.weight"), tensors.get("model.embed_tokens.weight")
+    if head is not None and embedding is not None and head.data_ptr() == embedding.data_ptr():
+        del tensors["lm_head.weight"]
+    for name, tensor in tensors.items():
         weight = tensor.detach().to("cpu", torch.float32)
         pair = pairs.get(name.removesuffix(".weight"))
         if pair is not None:
@@ -169,6 +202,13 @@ def write_lora_adapter(model: torch.nn.Module, path: Path) -> Path:
     pairs = lora_pairs(model)
     if not pairs:
         raise ExportError("the policy has no LoRA layers to export (policy.lora.enabled is false?)")
+    stale = trained_outside_lora(model)
+    if stale:
+        shown = ", ".join(stale[:5]) + (f" and {len(stale) - 5} more" if len(stale) > 5 else "")
+        raise ExportError(
+            f"the policy trains weights a LoRA adapter cannot carry ({shown}); the engine would keep serving "
+            "their old values: use rollout.llamacpp.sync=merged (ships the whole model), or freeze them"
+        )
     writer = gguf.GGUFWriter(None, "llama")
     writer.add_type(gguf.GGUFType.ADAPTER)
     writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
@@ -192,11 +232,15 @@ def _write(writer: Any, path: Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    writer.write_header_to_file(path=tmp)
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    tmp.replace(path)
+    try:
+        writer.write_header_to_file(path=tmp)
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a failed or interrupted export leaves no partial file behind
+        raise
     return path
 
 
@@ -214,7 +258,7 @@ def write_model(
     """The model (LoRA merged unless `merge_lora` is False) as a llama.cpp GGUF file.
 
     `tensor_types` maps llama.cpp tensor names to a gguf quantisation type (e.g. the
-    types of the GGUF the policy came from, to re-quantise as it was shipped);
+    types of a GGUF file, to write a model as that file was quantised);
     other matrices get `default_type`; 1-D tensors (norms) are always F32.
     """
     import gguf
@@ -259,13 +303,6 @@ def _encode(array: np.ndarray, kind: Any) -> tuple[np.ndarray, Any]:
     if array.shape[-1] % block:
         return np.ascontiguousarray(array, dtype=np.float32), None  # rows not a whole number of blocks
     return gguf.quants.quantize(np.ascontiguousarray(array, dtype=np.float32), kind), kind
-
-
-def source_tensor_types(gguf_path: Path) -> dict[str, Any]:
-    """Each tensor's quantisation type in a GGUF file (to re-quantise merged weights the same way)."""
-    import gguf
-
-    return {t.name: t.tensor_type for t in gguf.GGUFReader(str(gguf_path)).tensors}
 
 
 def add_tokenizer(writer: Any, tokenizer: Any, vocab_size: int) -> None:

@@ -11,7 +11,12 @@ behaviour b and pi_old is corrected per token by the importance weight
 applied as a constant factor to the token's surrogate loss. Truncating at `cap`
 bounds the variance a rare large ratio would bring (the bias it leaves is small
 when the two policies are close, which the logged statistics show).
-When the engine is the trainer's own model, b = pi_old and w = 1 everywhere.
+With top_p < 1 both are nucleus probabilities (mapo.nucleus): an id the engine drew
+that lies outside the trainer's nucleus has pi_old(y) = 0, so w = 0 and the token
+trains nothing; `outside_nucleus_fraction` counts them.
+The `hf` engine is the trainer's model run through `generate` (KV cache, padding, on a
+GPU bf16 kernels), so its b is close to pi_old, not always equal: it is corrected the
+same way, and on CPU float32 w is 1 to float error.
 """
 
 from __future__ import annotations
@@ -34,6 +39,9 @@ class MismatchStats:
     truncated_fraction: float  # share of tokens whose ratio exceeded the cap
     kl_behaviour_old: float  # KL(b || pi_old), k3 estimate on tokens drawn from b (>= 0)
     logprob_abs_diff_mean: float  # mean |log pi_old - log b|: the raw numeric gap
+    # share of tokens outside the trainer's top-p nucleus (pi_old = 0, weight 0); the KL and the
+    # gap above are over the other tokens
+    outside_nucleus_fraction: float = 0.0
 
     def as_metrics(self, prefix: str = "tis_") -> dict[str, float]:
         return {f"{prefix}{name}": float(value) for name, value in vars(self).items()}
@@ -47,9 +55,11 @@ def _check(old_logprobs: np.ndarray, behaviour_logprobs: np.ndarray, cap: float)
         )
     if not np.isfinite(cap) or cap < 1.0:
         raise ValueError(f"loss.tis_cap must be a finite number >= 1, got {cap}")
-    for name, values in (("old", old_logprobs), ("behaviour", behaviour_logprobs)):
-        if values.size and not (np.isfinite(values).all() and (values <= 1e-6).all()):
-            raise ValueError(f"importance weights: {name} log-probs must be finite and <= 0")
+    # pi_old may be 0 (-inf): an id outside the trainer's nucleus; the sampler drew it, so b > 0
+    if behaviour_logprobs.size and not (np.isfinite(behaviour_logprobs).all() and (behaviour_logprobs <= 1e-6).all()):
+        raise ValueError("importance weights: behaviour log-probs must be finite and <= 0")
+    if old_logprobs.size and not ((old_logprobs < np.inf).all() and (old_logprobs <= 1e-6).all()):
+        raise ValueError("importance weights: old log-probs must be finite and <= 0, or -inf (an id outside the nucleus)")
 
 
 def truncated_importance_weights(old_logprobs: np.ndarray, behaviour_logprobs: np.ndarray, cap: float = DEFAULT_CAP) -> np.ndarray:
@@ -70,12 +80,15 @@ def mismatch_stats(old_logprobs: np.ndarray, behaviour_logprobs: np.ndarray, cap
         return MismatchStats(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     log_ratio = old - behaviour
     ratio = np.exp(np.minimum(log_ratio, 50.0))  # e^50: far beyond any cap, still finite
+    inside = np.isfinite(log_ratio)
+    gap = log_ratio[inside]
     return MismatchStats(
         tokens=int(old.size),
         weight_mean=float(np.minimum(ratio, cap).mean()),
         ratio_mean=float(ratio.mean()),
         ratio_max=float(ratio.max()),
         truncated_fraction=float((ratio > cap).mean()),
-        kl_behaviour_old=float((ratio - 1.0 - log_ratio).mean()),
-        logprob_abs_diff_mean=float(np.abs(log_ratio).mean()),
+        kl_behaviour_old=float((ratio[inside] - 1.0 - gap).mean()) if gap.size else 0.0,
+        logprob_abs_diff_mean=float(np.abs(gap).mean()) if gap.size else 0.0,
+        outside_nucleus_fraction=float(1.0 - inside.mean()),
     )

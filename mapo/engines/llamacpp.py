@@ -3,12 +3,16 @@
 - Weights: the base model is the policy's GGUF file as shipped (the embedded SmolLM2
   Q4_1) or, for a policy without one, a GGUF written from its torch weights. After
   every optimizer step `sync` writes the trained LoRA adapter as a GGUF adapter and the
-  worker swaps it in (`sync: adapter`), or writes the whole merged model re-quantised
-  like the source and the worker reloads it (`sync: merged`, also the way for full
-  fine-tuning). Each sync carries the trainer's step as the weights' version; a sample
+  worker swaps it in (`sync: adapter`; a policy training other weights too is refused),
+  or writes the whole merged model in the base type (F16, Q8_0, F32: `source` is refused,
+  it would re-quantise to 4 bits every step) and the worker reloads it (`sync: merged`,
+  also the way for full fine-tuning). Each sync carries the trainer's step as the weights' version; a sample
   request names the version it expects and the worker refuses any other.
 - Sampling: mapo.engines.llamacpp_worker (many sequences per decode call, each
   dialogue's earlier turns kept in its KV-cache slot).
+- Protocol: every request carries an id that its reply repeats (a reply to a request
+  abandoned by a Ctrl-C is dropped, never taken for the next one's); writes and reads
+  wait at most `timeout_s`; the worker has its own process group.
 - Faults: a worker that dies (or stops answering for `timeout_s`) during a request is
   restarted once, reloaded with the current weights, and the request repeated; if it
   dies again the engine stops with an EngineError naming its log file.
@@ -36,14 +40,21 @@ import torch
 
 import mapo
 from mapo.engines.base import EngineError, StaleWeightsError, SyncStats, require_version
-from mapo.engines.gguf_export import check_architecture, source_tensor_types, write_lora_adapter, write_model
-from mapo.engines.wire import HEADER, write_frame
+from mapo.engines.gguf_export import check_architecture, write_lora_adapter, write_model
+from mapo.engines.wire import HEADER, frame_bytes
 from mapo.policy import KVCache, Policy, Sample
 
 log = logging.getLogger("mapo.engines.llamacpp")
 SYNC_MODES = ("adapter", "merged")
 SOURCE = "source"
 BASE_TYPES = ("F32", "F16", "Q8_0")  # Q4_0 re-quantised from Q4_1 weights: KL 0.58 to torch, unusable
+MERGED_FROM_SOURCE = (
+    "rollout.llamacpp.sync=merged with base_type=source would re-quantise the merged weights to the shipped "
+    "file's 4-bit types after every step, so small updates vanish and the engine lags the trainer; set "
+    "rollout.llamacpp.base_type to F16 (what torch computes), Q8_0 or F32"
+)
+# what the engine writes into its working folder; a killed run's leftovers are removed at start
+WORKDIR_FILES = ("base.gguf", "adapter-*.gguf", "model-*.gguf", "*.tmp")
 
 
 @dataclass
@@ -54,7 +65,7 @@ class LlamaCppSpec:
     # shared CPU a thread more than the idle cores stalls every barrier: 2 threads on 2 busy
     # cores decoded 10x slower than 1 here)
     threads: int | None = None
-    sync: str = "adapter"  # adapter: LoRA as a GGUF adapter | merged: whole model re-quantised, reloaded
+    sync: str = "adapter"  # adapter: LoRA as a GGUF adapter | merged: whole model in base_type, reloaded
     # the base model llama.cpp runs: "source" = the policy's GGUF file as shipped, or a tensor
     # type (F16, Q8_0, ...) to write from the torch weights. F16 computes what torch computes
     # (KL 1e-5 on SmolLM2) and decoded faster here than the shipped Q4_1 (docs/engines.md)
@@ -67,6 +78,8 @@ class LlamaCppSpec:
             raise ValueError(f"rollout.llamacpp.sync must be one of {', '.join(SYNC_MODES)}, got {self.sync!r}")
         if self.base_type != SOURCE and self.base_type not in BASE_TYPES:
             raise ValueError(f"rollout.llamacpp.base_type must be {SOURCE!r} or one of {', '.join(BASE_TYPES)}, got {self.base_type!r}")
+        if self.sync == "merged" and self.base_type == SOURCE:
+            raise ValueError(MERGED_FROM_SOURCE)
         if self.threads is not None and self.threads < 1:
             raise ValueError(f"rollout.llamacpp.threads must be at least 1 or null, got {self.threads}")
         if self.batch_tokens < 1 or not self.timeout_s > 0:
@@ -90,6 +103,14 @@ def missing_requirement() -> str | None:
     if importlib.util.find_spec("llama_cpp") is None:
         return "llama-cpp-python is not installed (pip install 'llama-cpp-python>=0.3', or scripts/install.sh)"
     return None
+
+
+def remove_leftovers(workdir: Path) -> None:
+    """Delete the weight files (and half-written .tmp files) an engine left in `workdir`."""
+    for pattern in WORKDIR_FILES:
+        for path in Path(workdir).glob(pattern):
+            path.unlink(missing_ok=True)
+    shutil.rmtree(Path(workdir) / "tokenizer", ignore_errors=True)
 
 
 class _WorkerDied(Exception):
@@ -128,6 +149,8 @@ class LlamaCppEngine:
         self._own_workdir = workdir is None or remove_workdir  # deleted again by close()
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="mapo-llamacpp-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
+        if self._own_workdir:
+            remove_leftovers(self.workdir)  # a killed run's weights (a resumed run starts here)
         self.log_path = Path(log_dir or self.workdir) / "llamacpp.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         policy.tokenizer.save_pretrained(str(self.workdir / "tokenizer"))
@@ -136,12 +159,15 @@ class LlamaCppEngine:
         self.restarts = 0
         self.stats: Counter[str] = Counter()
         self.process: subprocess.Popen[bytes] | None = None
+        self._inbox = bytearray()  # reply bytes read but not yet a whole frame
+        self._last_id = 0
+        self._closed = False
         atexit.register(self.close)  # an engine nobody closed still ends its worker and work folder
         try:
             if self.spec.base_type == SOURCE:
-                self.base_gguf, self.tensor_types = Path(source_gguf), source_tensor_types(Path(source_gguf))
+                self.base_gguf = Path(source_gguf)
             else:
-                self.base_gguf, self.tensor_types = self._write_base(), {}
+                self.base_gguf = self._write_base()
             self._start()
         except BaseException:
             self.close()
@@ -169,7 +195,13 @@ class LlamaCppEngine:
                 stdout=subprocess.PIPE,
                 stderr=log_out,
                 env=env,
+                # its own session and process group: a Ctrl-C at the terminal interrupts the trainer,
+                # not the worker mid-request; the trainer stops it (close) or its input closing does
+                start_new_session=True,
             )
+        assert self.process.stdin is not None
+        os.set_blocking(self.process.stdin.fileno(), False)  # writes wait in select, with a deadline
+        self._inbox.clear()
         check_ids = sorted({*self.policy.tokenizer.all_special_ids, *range(0, len(self.policy.tokenizer), 997)})
         load = {
             "op": "load",
@@ -197,35 +229,77 @@ class LlamaCppEngine:
                 f"({reply['n_vocab']} vs {len(self.policy.tokenizer)} tokens; first differing id: {wrong[:1]})"
             )
 
-    def _read(self, size: int, deadline: float) -> bytes:
+    def _receive_some(self, deadline: float) -> None:
+        """Read what the worker has written (up to 1 MiB) into the inbox, waiting until `deadline`."""
         process = self.process
-        assert process is not None and process.stdout is not None  # _exchange checked
+        assert process is not None and process.stdout is not None
         fd = process.stdout.fileno()
-        chunks, left = [], size
-        while left:
-            wait = deadline - time.monotonic()
-            if wait <= 0 or not select.select([fd], [], [], wait)[0]:
-                raise _WorkerDied(f"no answer within {self.spec.timeout_s:.0f} s")
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                raise _WorkerDied(f"exit code {process.wait()}")
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
+        wait = deadline - time.monotonic()
+        if wait <= 0 or not select.select([fd], [], [], wait)[0]:
+            raise _WorkerDied(f"no answer within {self.spec.timeout_s:.0f} s")
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            raise _WorkerDied(f"exit code {process.wait()}")
+        self._inbox += chunk
+
+    def _next_frame(self) -> dict[str, Any] | None:
+        """The first whole reply in the inbox (removed from it), or None."""
+        if len(self._inbox) < HEADER.size:
+            return None
+        (size,) = HEADER.unpack_from(self._inbox)
+        if len(self._inbox) < HEADER.size + size:
+            return None
+        payload = bytes(self._inbox[HEADER.size : HEADER.size + size])
+        del self._inbox[: HEADER.size + size]
+        return pickle.loads(payload)
+
+    def _send(self, message: dict[str, Any], deadline: float) -> None:
+        """Write one request frame by `deadline`, reading replies meanwhile (a worker blocked on a
+        full reply pipe never reads its input). A frame cut short breaks the stream: the worker is killed."""
+        process = self.process
+        assert process is not None and process.stdin is not None and process.stdout is not None
+        data = memoryview(frame_bytes(message))
+        sent = 0
+        try:
+            while sent < len(data):
+                wait = deadline - time.monotonic()
+                readable, writable, _ = select.select([process.stdout], [process.stdin], [], max(wait, 0))
+                if not readable and not writable:
+                    raise _WorkerDied(f"it did not take a request within {self.spec.timeout_s:.0f} s")
+                if readable:
+                    self._receive_some(deadline)
+                if writable:
+                    try:
+                        sent += os.write(process.stdin.fileno(), data[sent:])
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        raise _WorkerDied(f"exit code {process.wait()}") from None
+        except BaseException:
+            if sent:  # half a frame is in the pipe: the worker would misread every later request
+                self._kill()
+            raise
 
     def _exchange(self, message: dict[str, Any]) -> dict[str, Any]:
-        """Send one request and wait for its reply; _WorkerDied when the process is gone or hangs."""
-        process = self.process
-        if process is None or process.stdin is None:
+        """Send one request and wait for its reply; _WorkerDied when the process is gone or hangs.
+
+        Requests carry an id and so do replies: a reply to an earlier request that was abandoned
+        (a Ctrl-C while waiting) is read and dropped, never taken for this one's.
+        """
+        if self._closed:
             raise EngineError("the llamacpp engine is closed")
+        if self.process is None:
+            raise _WorkerDied("it was stopped during an earlier request")
+        self._last_id += 1
+        message = {**message, "id": self._last_id}
+        deadline = time.monotonic() + self.spec.timeout_s
         try:
-            try:
-                write_frame(process.stdin, message)
-            except OSError:
-                raise _WorkerDied(f"exit code {process.wait()}") from None
-            deadline = time.monotonic() + self.spec.timeout_s
-            (size,) = HEADER.unpack(self._read(HEADER.size, deadline))
-            reply = pickle.loads(self._read(size, deadline))
+            self._send(message, deadline)
+            while (reply := self._next_frame()) is None or reply.get("id") != message["id"]:
+                if reply is not None:
+                    log.info("dropped the llamacpp worker's reply to an abandoned request %s", reply.get("id"))
+                    continue
+                self._receive_some(deadline)
         except _WorkerDied:
             self._kill()
             raise
@@ -256,6 +330,7 @@ class LlamaCppEngine:
     def _kill(self) -> None:
         """End the worker process by force and close its pipes."""
         process, self.process = self.process, None
+        self._inbox.clear()
         if process is None:
             return
         if process.poll() is None:
@@ -268,12 +343,13 @@ class LlamaCppEngine:
     def close(self) -> None:
         """Stop the worker (politely, then by force); delete the working folder if the engine made it."""
         atexit.unregister(self.close)
+        self._closed = True
         process = self.process
         if process is not None and process.poll() is None:
             try:
-                write_frame(process.stdin, {"op": "close"})
+                self._send({"op": "close", "id": 0}, time.monotonic() + 10)
                 process.wait(timeout=10)
-            except (OSError, subprocess.TimeoutExpired):
+            except (OSError, subprocess.TimeoutExpired, _WorkerDied):
                 pass
         self._kill()
         if self._own_workdir:
@@ -299,13 +375,10 @@ class LlamaCppEngine:
         elif self.spec.sync == "adapter":
             path = write_lora_adapter(self.policy.model, self.workdir / f"adapter-{version}.gguf")
             message = {"op": "adapter", "path": str(path), "version": version}
-        else:
+        else:  # never base_type=source (LlamaCppSpec refuses it): no re-quantising to 4 bits every step
             path = write_model(
-                self.policy.model,
-                self.policy.tokenizer,
-                self.workdir / f"model-{version}.gguf",
-                tensor_types=self.tensor_types,
-                default_type="F16" if self.spec.base_type == SOURCE else self.spec.base_type,
+                self.policy.model, self.policy.tokenizer, self.workdir / f"model-{version}.gguf",
+                default_type=self.spec.base_type,
             )
             message = {"op": "model", "path": str(path), "version": version}
         exported = time.perf_counter()

@@ -2,8 +2,11 @@
 
 Run as ``python -m mapo.engines.llamacpp_worker``; mapo.engines.llamacpp starts it and
 talks to it over stdin/stdout in length-prefixed pickle frames (one request, one
-reply). Everything the C library prints goes to stderr, which the parent sends to
-the engine's log file; the protocol keeps a private copy of the original stdout.
+reply, carrying the request's id). It runs in a process group of its own, so a Ctrl-C
+at the terminal reaches the trainer, which finishes or abandons the request and stops
+the worker itself; it also exits when its input closes. Everything the C library
+prints goes to stderr, which the parent sends to the engine's log file; the protocol
+keeps a private copy of the original stdout.
 
 What it does per `sample` request (one turn of a batch of dialogues):
 
@@ -239,9 +242,13 @@ class Decoder:
                     keep = min(shared, len(context) - 1)
                     plan[i] = (slot, keep)
                 self.lib.llama_memory_seq_rm(self.memory, slot, keep, -1)
-                self.cached[slot] = list(context)
+                # the slot's record says only what its cache surely holds: a decode that fails
+                # part-way leaves cells past it, which the next request's seq_rm trims
+                self.cached[slot] = list(context[:keep])
                 prefill += [(slot, p, context[p], p == len(context) - 1) for p in range(keep, len(context))]
             logits.update(self._decode(prefill))
+            for i in wave:
+                self.cached[plan[i][0]] = list(contexts[i])
             prefilled_ids += len(prefill)
         prefilled = time.perf_counter()
         rng = np.random.default_rng(request["seed"])
@@ -267,12 +274,10 @@ class Decoder:
                     going.append(i)
             if not going:
                 break
-            feed = []
-            for i in going:
-                slot = plan[i][0]
-                feed.append((slot, len(self.cached[slot]), replies[i][-1], True))
-                self.cached[slot].append(replies[i][-1])
+            feed = [(plan[i][0], len(self.cached[plan[i][0]]), replies[i][-1], True) for i in going]
             logits = self._decode(feed)
+            for slot, _, token, _ in feed:  # recorded once the cache holds it
+                self.cached[slot].append(token)
             active = going
         done = time.perf_counter()
         return {
@@ -311,6 +316,7 @@ def serve(requests: BinaryIO, replies: BinaryIO) -> None:
     decoder: Decoder | None = None
     while (request := read_frame(requests)) is not None:
         op = request.get("op")
+        tag = {"id": request.get("id")}  # every reply names its request: the parent drops stale ones
         try:
             if op == "load":
                 decoder = Decoder(**request["args"])
@@ -327,14 +333,14 @@ def serve(requests: BinaryIO, replies: BinaryIO) -> None:
                 result = decoder.sample(request)
             elif op == "close":
                 decoder.close()
-                write_frame(replies, {"ok": True})
+                write_frame(replies, {"ok": True, **tag})
                 return
             else:
                 raise WorkerError(f"unknown request {op!r}")
         except WorkerError as err:
-            write_frame(replies, {"ok": False, "error": str(err), "stale": isinstance(err, StaleVersion)})
+            write_frame(replies, {"ok": False, "error": str(err), "stale": isinstance(err, StaleVersion), **tag})
             continue
-        write_frame(replies, {"ok": True, **result})
+        write_frame(replies, {"ok": True, **result, **tag})
 
 
 def main() -> None:

@@ -8,8 +8,9 @@ BLOCK = 256  # ids per block of the two-level sampler
 
 
 def draw(logits: np.ndarray, temperature: float, top_p: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """One token per row of `logits` [m, vocab] and its log-prob under softmax(logits / temperature)
-    (temperature 0: the argmax, with its log-prob under softmax(logits)).
+    """One token per row of `logits` [m, vocab] and its log-prob under the distribution it was drawn
+    from: softmax(logits / temperature), restricted to the nucleus and renormalised when top_p < 1
+    (mapo.nucleus states the rule); temperature 0: the argmax, with its log-prob under softmax(logits).
 
     Inverse-CDF sampling in two levels (blocks of BLOCK ids, then ids within the chosen
     block), so no cumulative sum runs over the whole vocabulary: float32 throughout
@@ -41,21 +42,17 @@ def draw(logits: np.ndarray, temperature: float, top_p: float, rng: np.random.Ge
         inside = np.cumsum(padded[row, k * BLOCK : (k + 1) * BLOCK], dtype=np.float64)
         j = int(np.searchsorted(inside, target[row] - before, side="right"))
         tokens[row] = min(k * BLOCK + min(j, BLOCK - 1), vocab - 1)
-    # log-probs of the tempered softmax over the whole vocabulary (top-p only narrows the draw)
+    # the log-prob of the distribution drawn from: the tempered softmax, renormalised over the
+    # nucleus when top_p < 1 (`ends[:, -1]` sums the weights left after the cut); the trainer's
+    # pi_old is the same quantity (mapo.nucleus), so the importance weight compares like with like
     scaled = (logits[np.arange(m), tokens] - top[:, 0]).astype(np.float64) / temperature
-    if top_p < 1.0:
-        full = np.exp((logits - top).astype(np.float64) / temperature).sum(axis=1)
-    else:
-        full = ends[:, -1]
-    return tokens, scaled - np.log(full)
+    return tokens, scaled - np.log(ends[:, -1])
 
 
 def _nucleus(weights: np.ndarray, top_p: float) -> np.ndarray:
-    """Zero every id outside the smallest set whose probability reaches top_p (the set's last id kept)."""
-    order = np.argsort(-weights, axis=1)
-    ranked = np.take_along_axis(weights, order, axis=1).astype(np.float64)
-    mass = np.cumsum(ranked, axis=1) / ranked.sum(axis=1, keepdims=True)
-    ranked[mass - ranked / ranked.sum(axis=1, keepdims=True) >= top_p] = 0.0
-    kept = np.zeros_like(weights)
-    np.put_along_axis(kept, order, ranked.astype(np.float32), axis=1)
-    return kept
+    """Zero every id outside the nucleus of each row (mapo.nucleus.nucleus_mask's rule, in numpy)."""
+    ranked = -np.sort(-weights, axis=1).astype(np.float64)
+    before = (np.cumsum(ranked, axis=1) - ranked) / ranked.sum(axis=1, keepdims=True)
+    kept = (before < top_p).sum(axis=1)  # at least 1: nothing comes before the most likely id
+    threshold = ranked[np.arange(len(ranked)), kept - 1].astype(np.float32)
+    return np.where(weights >= threshold[:, None], weights, np.float32(0.0))

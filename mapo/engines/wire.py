@@ -21,9 +21,14 @@ def read_frame(stream: BinaryIO) -> Any | None:
     return pickle.loads(payload)
 
 
-def write_frame(stream: BinaryIO, message: Any) -> None:
+def frame_bytes(message: Any) -> bytes:
+    """One message as its frame: the payload's length, then the pickled payload."""
     payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(HEADER.pack(len(payload)) + payload)
+    return HEADER.pack(len(payload)) + payload
+
+
+def write_frame(stream: BinaryIO, message: Any) -> None:
+    stream.write(frame_bytes(message))
     stream.flush()
 
 
