@@ -39,6 +39,7 @@ from mapo.engines.base import EngineError, StaleWeightsError, SyncStats, require
 from mapo.engines.gguf_export import check_architecture, source_tensor_types, write_lora_adapter, write_model
 from mapo.engines.wire import HEADER, write_frame
 from mapo.policy import KVCache, Policy, Sample
+from mapo.runtime import IDLE, check_threads, usable_cores
 
 log = logging.getLogger("mapo.engines.llamacpp")
 SYNC_MODES = ("adapter", "merged")
@@ -50,10 +51,10 @@ BASE_TYPES = ("F32", "F16", "Q8_0")  # Q4_0 re-quantised from Q4_1 weights: KL 0
 class LlamaCppSpec:
     """The llama.cpp engine's knobs (the `rollout.llamacpp` config section)."""
 
-    # sequences decode on this many threads; None: the cores idle right now, per request (on a
-    # shared CPU a thread more than the idle cores stalls every barrier: 2 threads on 2 busy
-    # cores decoded 10x slower than 1 here)
-    threads: int | None = None
+    # sequences decode on this many threads; None: every core the process may use; "idle": the
+    # cores idle right now, per request (for a shared CPU: a thread more than the idle cores
+    # stalls every barrier, 2 threads on 2 busy cores decoded 10x slower than 1 there)
+    threads: int | str | None = None
     sync: str = "adapter"  # adapter: LoRA as a GGUF adapter | merged: whole model re-quantised, reloaded
     # the base model llama.cpp runs: "source" = the policy's GGUF file as shipped, or a tensor
     # type (F16, Q8_0, ...) to write from the torch weights. F16 computes what torch computes
@@ -67,15 +68,21 @@ class LlamaCppSpec:
             raise ValueError(f"rollout.llamacpp.sync must be one of {', '.join(SYNC_MODES)}, got {self.sync!r}")
         if self.base_type != SOURCE and self.base_type not in BASE_TYPES:
             raise ValueError(f"rollout.llamacpp.base_type must be {SOURCE!r} or one of {', '.join(BASE_TYPES)}, got {self.base_type!r}")
-        if self.threads is not None and self.threads < 1:
-            raise ValueError(f"rollout.llamacpp.threads must be at least 1 or null, got {self.threads}")
+        check_threads(self.threads, "rollout.llamacpp.threads")
         if self.batch_tokens < 1 or not self.timeout_s > 0:
             raise ValueError("rollout.llamacpp.batch_tokens must be >= 1 and timeout_s > 0")
 
 
+def engine_threads(threads: int | str | None) -> int:
+    """The threads of one request: as configured, every usable core (None), or the idle ones (`idle`)."""
+    if threads is None:
+        return usable_cores()
+    return idle_cores() if threads == IDLE else int(threads)
+
+
 def idle_cores() -> int:
-    """CPU cores not running anything else right now (at least 1): cores - (running threads - this one)."""
-    cores = os.cpu_count() or 1
+    """Usable CPU cores not running anything else right now (at least 1): cores - (running threads - this one)."""
+    cores = usable_cores()
     try:
         running = int(Path("/proc/loadavg").read_text().split()[3].split("/")[0])
     except (OSError, IndexError, ValueError):
@@ -177,7 +184,7 @@ class LlamaCppEngine:
                 "model": str(self.base_gguf),
                 "slots": self.slots,
                 "context_per_slot": self.context_per_slot,
-                "threads": self.spec.threads or idle_cores(),
+                "threads": engine_threads(self.spec.threads),
                 "batch": self.spec.batch_tokens,
                 "tokenizer": str(self.workdir / "tokenizer" / "tokenizer.json"),
             },
@@ -363,7 +370,7 @@ class LlamaCppEngine:
                     "max_sentences": max_sentences,
                     "end_of_turn_id": self.policy.end_of_turn_id,
                     "seed": seed,
-                    "threads": self.spec.threads or idle_cores(),
+                    "threads": engine_threads(self.spec.threads),
                     "version": self.version,  # the worker refuses to sample from any other weights
                 }
             )
