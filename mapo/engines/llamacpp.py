@@ -44,7 +44,7 @@ from mapo.runtime import IDLE, check_threads, usable_cores
 log = logging.getLogger("mapo.engines.llamacpp")
 SYNC_MODES = ("adapter", "merged")
 SOURCE = "source"
-BASE_TYPES = ("F32", "F16", "Q8_0")  # Q4_0 re-quantised from Q4_1 weights: KL 0.58 to torch, unusable
+BASE_TYPES = ("F32", "F16", "BF16", "Q8_0")  # Q4_0 re-quantised from Q4_1 weights: KL 0.58 to torch, unusable
 
 
 @dataclass
