@@ -194,10 +194,12 @@ def test_llamacpp_spec_rejects_bad_values():
 
     with pytest.raises(ValueError, match="rollout.llamacpp.sync must be one of adapter, merged"):
         LlamaCppSpec(sync="rsync")
-    with pytest.raises(ValueError, match="base_type must be 'source' or one of F32, F16, Q8_0, got 'Q4_0'"):
+    with pytest.raises(ValueError, match="base_type must be 'source' or one of F32, F16, BF16, Q8_0, got 'Q4_0'"):
         LlamaCppSpec(base_type="Q4_0")
-    with pytest.raises(ValueError, match="threads must be at least 1"):
-        LlamaCppSpec(threads=0)
+    for bad in (0, "busy"):
+        with pytest.raises(ValueError, match="rollout.llamacpp.threads must be a whole number >= 1, 'idle' or null"):
+            LlamaCppSpec(threads=bad)
+    assert LlamaCppSpec(threads="idle").threads == "idle"
 
 
 def test_idle_cores_is_within_the_machine():
@@ -206,6 +208,15 @@ def test_idle_cores_is_within_the_machine():
     from mapo.engines.llamacpp import idle_cores
 
     assert 1 <= idle_cores() <= (os.cpu_count() or 1)
+
+
+def test_engine_threads_default_to_every_usable_core(monkeypatch):
+    import mapo.engines.llamacpp as llamacpp
+    from mapo import runtime
+
+    monkeypatch.setattr(runtime.os, "sched_getaffinity", lambda pid: {2, 5, 7})
+    monkeypatch.setattr(llamacpp, "idle_cores", lambda: 1)
+    assert [llamacpp.engine_threads(t) for t in (None, "idle", 2)] == [3, 1, 2]
 
 
 # ---------------------------------------------------------------- choosing the engine
