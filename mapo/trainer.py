@@ -171,12 +171,13 @@ class Trainer:
 
     def engine_lines(self) -> list[str]:
         """What the rollout engine computes with (the llama.cpp engine's threads and base weights)."""
-        spec = getattr(self.engine, "spec", None)
+        spec, base = getattr(self.engine, "spec", None), getattr(self.engine, "base_type", None)
         if self.engine.name != "llamacpp" or spec is None:
             return [f"rollout engine: {self.engine.name} (in process, the torch threads and precision above)"]
         threads = spec.threads
         why = "every usable core" if threads is None else "the idle cores, per request" if threads == IDLE else "as configured"
-        return [f"rollout engine: llamacpp, {engine_threads(threads)} threads ({why}), base weights {spec.base_type}"]
+        return [f"rollout engine: llamacpp, {engine_threads(threads)} threads ({why}), base weights {base} "
+                f"(rollout.llamacpp.base_type {spec.base_type})"]
 
     # ---- one step
 

@@ -194,7 +194,7 @@ def test_llamacpp_spec_rejects_bad_values():
 
     with pytest.raises(ValueError, match="rollout.llamacpp.sync must be one of adapter, merged"):
         LlamaCppSpec(sync="rsync")
-    with pytest.raises(ValueError, match="base_type must be 'source' or one of F32, F16, BF16, Q8_0, got 'Q4_0'"):
+    with pytest.raises(ValueError, match="base_type must be 'auto', 'source' or one of F32, F16, BF16, Q8_0, got 'Q4_0'"):
         LlamaCppSpec(base_type="Q4_0")
     for bad in (0, "busy"):
         with pytest.raises(ValueError, match="rollout.llamacpp.threads must be a whole number >= 1, 'idle' or null"):

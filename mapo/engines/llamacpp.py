@@ -44,6 +44,7 @@ from mapo.runtime import IDLE, check_threads, usable_cores
 log = logging.getLogger("mapo.engines.llamacpp")
 SYNC_MODES = ("adapter", "merged")
 SOURCE = "source"
+AUTO = "auto"
 BASE_TYPES = ("F32", "F16", "BF16", "Q8_0")  # Q4_0 re-quantised from Q4_1 weights: KL 0.58 to torch, unusable
 
 
@@ -57,20 +58,30 @@ class LlamaCppSpec:
     threads: int | str | None = None
     sync: str = "adapter"  # adapter: LoRA as a GGUF adapter | merged: whole model re-quantised, reloaded
     # the base model llama.cpp runs: "source" = the policy's GGUF file as shipped, or a tensor
-    # type (F16, Q8_0, ...) to write from the torch weights. F16 computes what torch computes
-    # (KL 1e-5 on SmolLM2) and decoded faster here than the shipped Q4_1 (docs/engines.md)
-    base_type: str = "F16"
+    # type (F16, BF16, Q8_0, F32) to write from the torch weights; "auto" = BF16 when the policy
+    # computes in bfloat16 (bf16-mixed: BF16 decodes faster and its KL to that policy is F16's),
+    # else F16 (KL 1e-5 to a float32 policy on SmolLM2; BF16 20x more). docs/engines.md
+    base_type: str = AUTO
     batch_tokens: int = 512  # ids per llama_decode call while prefilling
     timeout_s: float = 900.0  # a request unanswered this long counts as a dead worker
 
     def __post_init__(self) -> None:
         if self.sync not in SYNC_MODES:
             raise ValueError(f"rollout.llamacpp.sync must be one of {', '.join(SYNC_MODES)}, got {self.sync!r}")
-        if self.base_type != SOURCE and self.base_type not in BASE_TYPES:
-            raise ValueError(f"rollout.llamacpp.base_type must be {SOURCE!r} or one of {', '.join(BASE_TYPES)}, got {self.base_type!r}")
+        if self.base_type not in (AUTO, SOURCE, *BASE_TYPES):
+            raise ValueError(
+                f"rollout.llamacpp.base_type must be {AUTO!r}, {SOURCE!r} or one of {', '.join(BASE_TYPES)}, got {self.base_type!r}"
+            )
         check_threads(self.threads, "rollout.llamacpp.threads")
         if self.batch_tokens < 1 or not self.timeout_s > 0:
             raise ValueError("rollout.llamacpp.batch_tokens must be >= 1 and timeout_s > 0")
+
+
+def resolve_base_type(base_type: str, policy: Policy) -> str:
+    """The base type to run: as configured, or for `auto` BF16 under a bfloat16-computing policy, else F16."""
+    if base_type != AUTO:
+        return base_type
+    return "BF16" if policy.compute_dtype is torch.bfloat16 else "F16"
 
 
 def engine_threads(threads: int | str | None) -> int:
@@ -128,8 +139,9 @@ class LlamaCppEngine:
             raise EngineError(problem)
         self.spec = spec or LlamaCppSpec()
         self.policy = policy
+        self.base_type = resolve_base_type(self.spec.base_type, policy)
         check_architecture(policy.model)
-        if self.spec.base_type == SOURCE and source_gguf is None:
+        if self.base_type == SOURCE and source_gguf is None:
             raise EngineError("rollout.llamacpp.base_type=source needs a policy loaded from a GGUF file")
         self.slots, self.context_per_slot = slots, context_per_slot
         self._own_workdir = workdir is None or remove_workdir  # deleted again by close()
@@ -145,7 +157,7 @@ class LlamaCppEngine:
         self.process: subprocess.Popen[bytes] | None = None
         atexit.register(self.close)  # an engine nobody closed still ends its worker and work folder
         try:
-            if self.spec.base_type == SOURCE:
+            if self.base_type == SOURCE:
                 self.base_gguf, self.tensor_types = Path(source_gguf), source_tensor_types(Path(source_gguf))
             else:
                 self.base_gguf, self.tensor_types = self._write_base(), {}
@@ -158,7 +170,7 @@ class LlamaCppEngine:
 
     def _write_base(self) -> Path:
         path = self.workdir / "base.gguf"
-        write_model(self.policy.model, self.policy.tokenizer, path, default_type=self.spec.base_type, merge_lora=False)
+        write_model(self.policy.model, self.policy.tokenizer, path, default_type=self.base_type, merge_lora=False)
         return path
 
     def _start(self) -> None:
@@ -312,7 +324,7 @@ class LlamaCppEngine:
                 self.policy.tokenizer,
                 self.workdir / f"model-{version}.gguf",
                 tensor_types=self.tensor_types,
-                default_type="F16" if self.spec.base_type == SOURCE else self.spec.base_type,
+                default_type="F16" if self.base_type == SOURCE else self.spec.base_type,
             )
             message = {"op": "model", "path": str(path), "version": version}
         exported = time.perf_counter()
