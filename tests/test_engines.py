@@ -341,3 +341,11 @@ def test_the_local_server_names_each_missing_module_of_its_extra(monkeypatch: py
                         None if name in llama_server.SERVER_MODULES else real(name, *a))
     reason = llama_server.missing_requirement()
     assert reason is not None and "sse_starlette" in reason and "uvicorn" not in reason
+
+
+def test_auto_base_type_follows_the_policys_precision():
+    from mapo.engines.llamacpp import resolve_base_type
+
+    assert resolve_base_type("auto", tiny_policy()) == "F16"
+    assert resolve_base_type("auto", tiny_policy(dtype="bf16-mixed")) == "BF16"
+    assert resolve_base_type("Q8_0", tiny_policy(dtype="bf16-mixed")) == "Q8_0"
