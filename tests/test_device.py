@@ -79,15 +79,22 @@ def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("flags", "torch_says", "native"),
-    [("avx512_bf16", True, True), ("amx_bf16 amx_tile", True, True), ("avx512f", True, False), ("avx512_bf16", False, False)],
+    ("flags", "torch_says", "speedup", "native"),
+    [
+        ("avx512_bf16", True, 2.0, True),
+        ("amx_bf16 amx_tile", True, 4.0, True),
+        ("avx512f", True, 2.0, False),  # no native instructions
+        ("avx512_bf16", False, 2.0, False),  # torch cannot use them
+        ("avx512_bf16", True, 0.6, False),  # native but slower than float32 here
+    ],
 )
-def test_auto_on_a_cpu_is_bf16_mixed_only_with_native_bf16(monkeypatch, tmp_path, flags, torch_says, native):
+def test_auto_on_a_cpu_is_bf16_mixed_only_where_native_bf16_is_faster(monkeypatch, tmp_path, flags, torch_says, speedup, native):
     import mapo.device as device
 
     info, read = _cpuinfo(tmp_path, flags), device.cpu_flags
     monkeypatch.setattr(device, "cpu_flags", lambda path=None: read(info))
     monkeypatch.setattr(device, "torch_cpu_bf16", lambda: torch_says)
+    monkeypatch.setattr(device, "bf16_matmul_speedup", lambda: speedup)
     precision = device.resolve_precision("auto", torch.device("cpu"))
     assert precision.weights is torch.float32  # float32 master weights either way
     assert precision.compute is (torch.bfloat16 if native else None)
@@ -106,6 +113,7 @@ def test_a_policy_loaded_with_auto_falls_back_to_float32_without_native_bf16(mon
     assert policy.compute_dtype is None and next(policy.model.parameters()).dtype is torch.float32
     monkeypatch.setattr(device, "cpu_flags", lambda path=None: {"avx2", "avx512_bf16"})
     monkeypatch.setattr(device, "torch_cpu_bf16", lambda: True)
+    monkeypatch.setattr(device, "bf16_matmul_speedup", lambda: 2.0)
     policy = tiny_policy(dtype="auto", lora=True)
     assert policy.compute_dtype is torch.bfloat16
     assert all(p.dtype is torch.float32 for p in policy.trainable_parameters())  # master weights stay float32
@@ -130,3 +138,10 @@ def test_bf16_mixed_log_probs_keep_a_float32_head_and_stay_close_to_float32():
     assert inner.dtype is torch.float32 and seen == [torch.float32]  # the output projection ran outside autocast
     assert not torch.equal(mixed, full)  # the layers did compute in bfloat16
     assert torch.allclose(mixed, full, atol=0.05)
+
+
+def test_the_bf16_speed_probe_is_a_positive_ratio_measured_once():
+    from mapo.device import bf16_matmul_speedup
+
+    first = bf16_matmul_speedup()
+    assert first > 0 and bf16_matmul_speedup() == first  # cached: one measurement per process
