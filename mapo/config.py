@@ -29,6 +29,7 @@ from mapo.methods.compeer import ReasoningSpec
 from mapo.methods.rapo import RapoSpec
 from mapo.model_source import LoraSpec, PolicySpec
 from mapo.rollout import RolloutSpec
+from mapo.runtime import check_threads
 from mapo.sft.spec import SftSpec
 from mapo.validation import read_yaml
 
@@ -124,7 +125,7 @@ class TrainConfig:
     seed: int = 0
     steps: int = 10
     output_dir: str = "runs"  # run folders go to <output_dir>/<name>-<timestamp>
-    threads: int | None = None  # torch CPU threads; None = the cores the load average leaves idle
+    threads: int | str | None = None  # torch CPU threads; None = every usable core; "idle" = the cores the load average leaves idle
     checkpoint_every: int = 5  # steps; the last step is always checkpointed
     keep_checkpoints: int = 2
     transcripts_every: int = 1  # steps; 0 = never
@@ -146,8 +147,7 @@ class TrainConfig:
             raise ValueError(f"steps must be at least 1, got {self.steps}")
         if self.checkpoint_every < 1 or self.keep_checkpoints < 1 or self.transcripts_every < 0:
             raise ValueError("checkpoint_every and keep_checkpoints must be >= 1, transcripts_every >= 0")
-        if self.threads is not None and self.threads < 1:
-            raise ValueError(f"threads must be at least 1 (or null), got {self.threads}")
+        check_threads(self.threads, "threads")
         from mapo.tracking import validate_names
 
         validate_names(self.report_to)

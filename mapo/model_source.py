@@ -60,7 +60,7 @@ class PolicySpec:
 
     model: str = EMBEDDED
     gguf_file: str | None = None
-    dtype: str = "auto"  # auto: bfloat16 on a GPU, float32 on a CPU; or float32 | bfloat16
+    dtype: str = "auto"  # auto: bfloat16 on a GPU, bf16-mixed on a CPU with native bf16, else float32 (mapo.device)
     device: str = "auto"  # auto (CUDA when present) | cpu | cuda | cuda:N
     tokenizer: str | None = None  # a tokenizer folder for a tiny or random:<shape> model (default: SmolLM2's)
     chat_template: str | None = None  # a Jinja file, or `chatml`, replacing the tokenizer's template

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from mapo.chat_template import SENTINEL, check_template, end_of_turn_id, fold, load_template
-from mapo.device import model_device
+from mapo.device import model_device, resolve_precision
 from mapo.lora import trainable
 from mapo.model_source import PolicySpec, load_model, load_tokenizer
 from mapo.nucleus import nucleus_logprobs
@@ -90,11 +90,33 @@ class Policy:
         self.device = model_device(model)
         self.fold_system = False
         self.static_cache = False
+        self.compute_dtype: torch.dtype | None = None  # autocast dtype of every forward (set_compute_dtype)
         self.end_of_turn_id = end_of_turn_id(tokenizer)  # the check below builds prompts with it
         self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
         self._reference: torch.nn.Module | None = None
         checked = check_template(tokenizer, name, self._incremental_prompts)
         self.end_of_turn_id, self.fold_system = checked.end_of_turn_id, checked.fold_system
+
+    # ---- precision
+
+    def set_compute_dtype(self, dtype: torch.dtype | None) -> None:
+        """Run every forward (sampling, log-probs) under `dtype` autocast over the weights as they are.
+
+        The output projection stays in the weights' dtype: bfloat16 logits (8 bits of
+        mantissa on values near 20) would move each log-prob by ~0.05, far beyond the
+        engine mismatch the importance weights are meant to see.
+        """
+        if self.compute_dtype is None and dtype is not None:
+            head = self.model.get_output_embeddings()
+            if head is not None:
+                _outside_autocast(head, self.device.type)
+        self.compute_dtype = dtype
+
+    def computing(self) -> contextlib.AbstractContextManager[Any]:
+        """The autocast context of a forward pass (nothing when the policy computes in its weights' dtype)."""
+        if self.compute_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.compute_dtype)
 
     # ---- chat rendering
 
@@ -201,13 +223,14 @@ class Policy:
         past = self._batch_cache(contexts, caches, width) if caches is not None and not self.static_cache else None
         input_ids, attention = input_ids.to(self.device), attention.to(self.device)
         stopping = [_SentenceLimit(self, width, max_sentences)] if max_sentences else None
-        out = self.model.generate(
-            input_ids=input_ids,
-            attention_mask=attention,
-            generation_config=config,
-            past_key_values=past,
-            stopping_criteria=stopping,
-        )
+        with self.computing():
+            out = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=attention,
+                generation_config=config,
+                past_key_values=past,
+                stopping_criteria=stopping,
+            )
         new = out.sequences[:, width:]
         logprobs = torch.stack(
             [
@@ -304,9 +327,10 @@ class Policy:
         positions = torch.nonzero(targets.any(dim=0)).squeeze(-1).to(self.device)
         if positions.numel() and int(positions[0]) == 0:
             raise ValueError("position 0 has no context to predict it from; it cannot be a target")
-        logits = self.model(
-            input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=positions - 1, use_cache=False
-        ).logits.float()
+        with self.computing():  # the backward pass runs outside it, in the dtypes the forward chose
+            logits = self.model(
+                input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=positions - 1, use_cache=False
+            ).logits.float()
         if temperature != 1.0:
             logits = logits / temperature
         logp = nucleus_logprobs(logits, input_ids[:, positions], top_p)
@@ -377,6 +401,22 @@ class Policy:
             )
 
 
+def _outside_autocast(module: torch.nn.Module, device_type: str) -> None:
+    """Make `module`'s forward run with autocast off (in its weights' dtype), by a pair of hooks."""
+    contexts: list[Any] = []
+
+    def enter(mod: torch.nn.Module, args: Any) -> None:
+        context = torch.autocast(device_type, enabled=False)
+        context.__enter__()
+        contexts.append(context)
+
+    def leave(mod: torch.nn.Module, args: Any, output: Any) -> None:
+        contexts.pop().__exit__(None, None, None)
+
+    module.register_forward_pre_hook(enter)
+    module.register_forward_hook(leave)
+
+
 def load_policy(spec: PolicySpec, seed: int = 0) -> Policy:
     """Load tokenizer and model as `spec` says, make it trainable (LoRA or full), check the chat template."""
     tokenizer = load_tokenizer(spec)
@@ -386,4 +426,5 @@ def load_policy(spec: PolicySpec, seed: int = 0) -> Policy:
     model.eval()
     policy = Policy(model, tokenizer, lora=spec.lora.enabled, name=spec.model)
     policy.static_cache = spec.static_cache
+    policy.set_compute_dtype(resolve_precision(spec.dtype, policy.device).compute)
     return policy

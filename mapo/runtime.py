@@ -25,15 +25,46 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def configure_threads(threads: int | None = None) -> int:
-    """Set torch's CPU threads: `threads`, or (None) as many cores as the load average leaves idle.
+IDLE = "idle"
 
-    On a shared CPU, more threads than idle cores makes every matmul wait for a
-    descheduled thread: 2 threads on 2 busy cores ran 2-10x slower than 1 here.
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask; all cores where there is none)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity call (macOS)
+        return os.cpu_count() or 1
+
+
+def check_threads(threads: int | str | None, key: str) -> None:
+    """A clear error unless `threads` is null, `idle` or a whole number >= 1 (`key` names the setting)."""
+    if threads is None or threads == IDLE:
+        return
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"{key} must be a whole number >= 1, {IDLE!r} or null, got {threads!r}")
+
+
+def choose_threads(threads: int | str | None = None) -> tuple[int, str]:
+    """(threads, why): a number as given; None every usable core; `idle` the cores the load average leaves idle.
+
+    `idle` is for a shared CPU: more threads than idle cores makes every matmul wait for
+    a descheduled thread (2 threads on 2 busy cores ran 2-10x slower than 1 there). On
+    a machine of one's own it is a trap: the minute after any busy moment (an install,
+    a compile) it takes 1 core and keeps it for the whole run.
     """
+    check_threads(threads, "threads")
+    cores = usable_cores()
     if threads is None:
-        cores = os.cpu_count() or 1
-        idle = cores - os.getloadavg()[0]
-        threads = max(1, min(cores, int(idle + 0.5)))
-    torch.set_num_threads(threads)
-    return threads
+        return cores, f"every core this process may use (threads: null; {IDLE!r} takes only the idle ones)"
+    if threads == IDLE:
+        load = os.getloadavg()[0]
+        chosen = max(1, min(cores, int(cores - load + 0.5)))
+        return chosen, f"threads: idle, {cores} usable cores with a 1-minute load average of {load:.2f}"
+    return int(threads), f"threads: {threads} as configured ({cores} usable cores)"
+
+
+def configure_threads(threads: int | str | None = None) -> int:
+    """Set torch's CPU threads as `choose_threads` decides; returns how many."""
+    count, _ = choose_threads(threads)
+    torch.set_num_threads(count)
+    return count

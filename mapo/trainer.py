@@ -17,6 +17,7 @@ import json
 import logging
 import random
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -31,10 +32,11 @@ import torch
 from mapo.backends.endpoint import BackendError
 from mapo.backends.openai_compat import shared_stats
 from mapo.config import TrainConfig, config_dict, dump_config, load_config
+from mapo.device import resolve_precision
 from mapo.engines.base import RolloutEngine
 from mapo.engines.factory import make_engine, resolve_engine
 from mapo.engines.hf import HfEngine
-from mapo.engines.llamacpp import MERGED_FROM_SOURCE, SOURCE
+from mapo.engines.llamacpp import MERGED_FROM_SOURCE, SOURCE, engine_threads
 from mapo.envs.base import dialogue_summary, environment_factory, load_scenarios, transcript_keys_for
 from mapo.losses import packed_sequence
 from mapo.methods import attached_methods
@@ -52,7 +54,7 @@ from mapo.reliability import (
 )
 from mapo.rollout import rollout
 from mapo.run_folder import RunFolder, new_run_dir
-from mapo.runtime import configure_threads, seed_everything, step_seed
+from mapo.runtime import IDLE, choose_threads, seed_everything, step_seed
 from mapo.sft.chain import check_chain, sft_enabled, warm_start
 from mapo.tracking import Tracking, check_installed
 from mapo.types import Scenario
@@ -68,7 +70,8 @@ class Trainer:
 
     def __init__(self, config: TrainConfig) -> None:
         self.config = config
-        self.threads = configure_threads(config.threads)
+        self.threads, threads_reason = choose_threads(config.threads)
+        torch.set_num_threads(self.threads)
         seed_everything(config.seed)
         check_installed(config.report_to)  # a missing tracker stops the run now, not after the first hour
         resolve_source(config.policy)  # a missing model file fails before anything slow
@@ -86,6 +89,10 @@ class Trainer:
         self.rollout = reduce(lambda fn, m: m.rollout_function(fn), self.methods, rollout)
         self.transcript_keys = (*transcript_keys_for(config.env.name), *(key for m in self.methods for key in m.transcript_keys))
         self.policy = load_policy(config.policy, seed=config.seed)
+        self.setup_lines = [
+            f"torch threads: {self.threads}, {threads_reason}",
+            f"policy precision: {resolve_precision(config.policy.dtype, self.policy.device).describe()}",
+        ]
         if config.loss.kl_beta > 0:
             self.policy.keep_reference()  # the initial weights, before any update or resumed checkpoint
         self.optimizer = make_optimizer(self.policy, config.optim)
@@ -161,6 +168,16 @@ class Trainer:
             log_dir=log_dir,
             workdir=log_dir / "engine",  # in the run folder: a killed run leaves nothing elsewhere
         )
+
+    def engine_lines(self) -> list[str]:
+        """What the rollout engine computes with (the llama.cpp engine's threads and base weights)."""
+        spec, base = getattr(self.engine, "spec", None), getattr(self.engine, "base_type", None)
+        if self.engine.name != "llamacpp" or spec is None:
+            return [f"rollout engine: {self.engine.name} (in process, the torch threads and precision above)"]
+        threads = spec.threads
+        why = "every usable core" if threads is None else "the idle cores, per request" if threads == IDLE else "as configured"
+        return [f"rollout engine: llamacpp, {engine_threads(threads)} threads ({why}), base weights {base} "
+                f"(rollout.llamacpp.base_type {spec.base_type})"]
 
     # ---- one step
 
@@ -299,6 +316,10 @@ class Trainer:
             cfg.steps, "train", completed=self.step, status=PROGRESS_STATUS, show=show_progress, reward="-", ret="-", success="-"
         )
         self.engine = self.start_engine(run.path)
+        for line in self.setup_lines + self.engine_lines():  # the run's first lines: how it computes, and why
+            log.info(line)
+            if show_progress:
+                print(line, file=sys.stderr, flush=True)
         with (
             tracking,
             bar as advance,

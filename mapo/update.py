@@ -192,10 +192,12 @@ def with_trainer_logprobs(
 ) -> list[TrainSequence]:
     """The sequences with the model's own log-probs as old_logprobs and the sampler's kept as behaviour
     (-inf where top_p < 1 leaves a sampled id outside the model's nucleus)."""
-    out: list[TrainSequence] = []
+    out: dict[int, TrainSequence] = {}
     policy.model.eval()
+    # chunked in the update's own order (shortest first) so its first step sees the same batch shapes
+    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i].input_ids))
     with torch.no_grad():
-        for chunk in micro_batches(sequences, token_budget):
+        for chunk in micro_batches([sequences[i] for i in order], token_budget):
             batch = collate(chunk, policy.pad_id)
             logp, _ = policy.token_logprobs(batch.input_ids, batch.attention_mask, batch.trained, temperature, top_p=top_p)
             positions = torch.nonzero(batch.trained.any(dim=0)).squeeze(-1).tolist()
@@ -204,5 +206,5 @@ def with_trainer_logprobs(
                 for column, position in enumerate(positions):
                     if position < len(seq.input_ids) and seq.trained[position]:
                         old[position] = float(logp[row, column])
-                out.append(dataclasses.replace(seq, old_logprobs=old, behaviour_logprobs=list(seq.old_logprobs)))
-    return out
+                out[order[len(out)]] = dataclasses.replace(seq, old_logprobs=old, behaviour_logprobs=list(seq.old_logprobs))
+    return [out[i] for i in range(len(sequences))]

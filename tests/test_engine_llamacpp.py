@@ -254,6 +254,20 @@ def test_merged_sync_serves_the_merged_model(tiny_lora, tmp_path):
         assert _gap(tiny_lora, contexts, engine.sample(contexts, max_new_tokens=10, temperature=TEMPERATURE)) < 2e-3
 
 
+def test_a_bf16_base_is_written_in_bf16_and_samples_close_to_torch(tiny_lora, tmp_path):
+    from mapo.engines.gguf_export import source_tensor_types
+
+    spec = LlamaCppSpec(threads=1, base_type="BF16")
+    with LlamaCppEngine(tiny_lora, slots=2, context_per_slot=256, spec=spec, workdir=tmp_path) as engine:
+        engine.sync(0)
+        types = {t.name for name, t in source_tensor_types(tmp_path / "base.gguf").items() if name.endswith("attn_q.weight")}
+        assert types == {"BF16"}
+        torch.manual_seed(8)
+        contexts = _contexts(tiny_lora, 2)
+        gap = _gap(tiny_lora, contexts, engine.sample(contexts, max_new_tokens=10, temperature=TEMPERATURE))
+        assert 0 < gap < 0.1  # weights rounded to 8 bits of mantissa: close to torch, not equal
+
+
 def test_a_model_with_another_vocabulary_is_refused(tiny_lora, tmp_path, monkeypatch):
     real = tiny_lora.tokenizer.convert_ids_to_tokens
     monkeypatch.setattr(tiny_lora.tokenizer, "convert_ids_to_tokens", lambda ids: ["?" + t for t in real(ids)])

@@ -196,10 +196,12 @@ def test_llamacpp_spec_rejects_bad_values():
 
     with pytest.raises(ValueError, match="rollout.llamacpp.sync must be one of adapter, merged"):
         LlamaCppSpec(sync="rsync")
-    with pytest.raises(ValueError, match="base_type must be 'source' or one of F32, F16, Q8_0, got 'Q4_0'"):
+    with pytest.raises(ValueError, match="base_type must be 'auto', 'source' or one of F32, F16, BF16, Q8_0, got 'Q4_0'"):
         LlamaCppSpec(base_type="Q4_0")
-    with pytest.raises(ValueError, match="threads must be at least 1"):
-        LlamaCppSpec(threads=0)
+    for bad in (0, "busy"):
+        with pytest.raises(ValueError, match="rollout.llamacpp.threads must be a whole number >= 1, 'idle' or null"):
+            LlamaCppSpec(threads=bad)
+    assert LlamaCppSpec(threads="idle").threads == "idle"
 
 
 def test_idle_cores_is_within_the_machine():
@@ -208,6 +210,15 @@ def test_idle_cores_is_within_the_machine():
     from mapo.engines.llamacpp import idle_cores
 
     assert 1 <= idle_cores() <= (os.cpu_count() or 1)
+
+
+def test_engine_threads_default_to_every_usable_core(monkeypatch):
+    import mapo.engines.llamacpp as llamacpp
+    from mapo import runtime
+
+    monkeypatch.setattr(runtime.os, "sched_getaffinity", lambda pid: {2, 5, 7})
+    monkeypatch.setattr(llamacpp, "idle_cores", lambda: 1)
+    assert [llamacpp.engine_threads(t) for t in (None, "idle", 2)] == [3, 1, 2]
 
 
 # ---------------------------------------------------------------- choosing the engine
@@ -332,3 +343,11 @@ def test_the_local_server_names_each_missing_module_of_its_extra(monkeypatch: py
                         None if name in llama_server.SERVER_MODULES else real(name, *a))
     reason = llama_server.missing_requirement()
     assert reason is not None and "sse_starlette" in reason and "uvicorn" not in reason
+
+
+def test_auto_base_type_follows_the_policys_precision():
+    from mapo.engines.llamacpp import resolve_base_type
+
+    assert resolve_base_type("auto", tiny_policy()) == "F16"
+    assert resolve_base_type("auto", tiny_policy(dtype="bf16-mixed")) == "BF16"
+    assert resolve_base_type("Q8_0", tiny_policy(dtype="bf16-mixed")) == "Q8_0"

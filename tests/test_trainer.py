@@ -102,6 +102,58 @@ def test_minibatches_and_epochs_take_that_many_optimizer_steps():
     assert stats["ratio_mean"] != 1.0  # later passes see a moved policy
 
 
+def test_the_first_optimizer_step_under_bf16_has_a_ratio_of_exactly_one():
+    from mapo.losses import policy_loss
+    from mapo.update import with_trainer_logprobs
+
+    policy = tiny_policy(lora=True, dtype="bf16-mixed")
+    traj = _one_trajectory(policy)
+    seqs = [packed_sequence(traj, [0.5, -0.5]), packed_sequence(traj, [-0.3, 0.8])]
+    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=1e-3)
+    # one optimizer step (the default): pi_old is the update's own forward, detached
+    stats = update(policy, optimizer, seqs, load_config(None).optim, LossSpec(), off_policy=True)
+    assert stats["ratio_mean"] == 1.0 and stats["kl_old"] == 0.0 and stats["clip_fraction"] == 0.0
+    assert 0.5 < stats["tis_ratio_mean"] < 1.5  # the sampler's incremental bf16 decoding is the behaviour policy
+    # several steps: pi_old comes from a no-grad pass with the first step's batch shapes and precision
+    given = with_trainer_logprobs(policy, seqs, 2048, 1.0)
+    chosen = sorted(given, key=lambda s: len(s.input_ids))
+    n = sum(s.n_trained for s in chosen)
+    terms = policy_loss(policy, collate(chosen, policy.pad_id), LossSpec(), n, 1.0, importance="given")
+    assert terms.sums["ratio"] == n and terms.sums["kl_old"] == 0.0
+
+
+def test_a_bf16_run_takes_pi_old_from_its_own_forward_and_says_how_it_computes(tmp_path, caplog):
+    import logging
+
+    overrides = [*TINY, "steps=1", "policy.dtype=bf16-mixed", "rollout.engine=hf"]
+    with caplog.at_level(logging.INFO, logger="mapo.trainer"):
+        train(load_config(None, overrides), output=tmp_path / "run", show_progress=False)
+    (metrics,) = RunFolder(tmp_path / "run").read_metrics()
+    assert metrics["ratio_mean"] == 1.0 and metrics["kl_old"] == 0.0 and "tis_kl_behaviour_old" in metrics
+    lines = [r.getMessage() for r in caplog.records if r.name == "mapo.trainer"][:3]
+    assert lines[0].startswith("torch threads: 1, threads: 1 as configured")
+    assert lines[1].startswith("policy precision: bfloat16 autocast over float32 weights")
+    assert lines[2].startswith("rollout engine: hf")
+
+
+@pytest.mark.parametrize("setting", [None, "idle", 1, 3])
+def test_threads_default_to_every_usable_core_and_idle_follows_the_load(monkeypatch, setting):
+    from mapo import runtime
+
+    monkeypatch.setattr(runtime.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setattr(runtime.os, "getloadavg", lambda: (2.6, 1.0, 1.0))
+    threads, why = runtime.choose_threads(setting)
+    expected = {None: 4, "idle": 1, 1: 1, 3: 3}[setting]  # idle: 4 cores - load 2.6, rounded
+    assert threads == expected and why
+    assert ("idle" in why) if setting == "idle" else True
+
+
+@pytest.mark.parametrize("bad", [0, -1, "all", 1.5])
+def test_a_bad_threads_setting_names_the_key(bad):
+    with pytest.raises(ConfigError, match="threads"):
+        load_config(None, [f"threads={str(bad).lower()}"])
+
+
 def test_default_config_is_the_embedded_empathy_run_and_matches_the_shipped_yaml():
     config = TrainConfig()
     assert (config.policy.model, config.policy.lora.enabled, config.env.name, config.advantage.estimator) == (

@@ -17,8 +17,9 @@ from mapo.policy import Policy, load_policy
 from mapo.types import Scenario
 
 
-def tiny_policy(lora: bool = False, seed: int = 0) -> Policy:
-    return load_policy(PolicySpec(model="tiny", lora=LoraSpec(enabled=lora, r=4, alpha=8)), seed=seed)
+def tiny_policy(lora: bool = False, seed: int = 0, dtype: str = "float32") -> Policy:
+    """The tiny test policy; float32 unless asked (`auto` would pick bf16-mixed on a CPU with native bf16)."""
+    return load_policy(PolicySpec(model="tiny", dtype=dtype, lora=LoraSpec(enabled=lora, r=4, alpha=8)), seed=seed)
 
 
 def toy_scenarios(n: int = 2) -> list[Scenario]:

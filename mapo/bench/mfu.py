@@ -34,7 +34,8 @@ from mapo.config import TrainConfig
 from mapo.losses import TrainSequence, collate
 from mapo.policy import Policy
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+# policy.dtype -> the dtype its matmuls run in (bf16-mixed: bfloat16 autocast over float32 weights)
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "bf16-mixed": torch.bfloat16}
 
 # torch counts the CUDA attention kernels but not the CPU one transformers' SDPA runs here;
 # same work, so the same formulas (torch's own, grouped-query heads included), halved when the
@@ -124,7 +125,7 @@ def best_seconds(step: Any, repeats: int) -> float:
 
 def bench_mfu(
     config: TrainConfig,
-    dtypes: tuple[str, ...] = ("float32", "bfloat16"),
+    dtypes: tuple[str, ...] = ("float32", "bfloat16", "bf16-mixed"),
     sequences: int = 4,
     length: int = 512,
     repeats: int = 3,
@@ -139,7 +140,7 @@ def bench_mfu(
         raise ValueError(f"unknown dtype(s) {unknown}; choose from {list(DTYPES)}")
     # The peak is the best of several sizes and samples, taken again after the training timings:
     # on a shared machine one sample can land in a busy moment and make MFU look above 100 %.
-    peaks = {name: matmul_peak(DTYPES[name]) for name in {"float32", *dtypes}}
+    peaks = {name: matmul_peak(DTYPES[name]) for name in {"float32", *dtypes}}  # bf16-mixed: its own bf16 sample
     modes: dict[str, dict[str, Any]] = {}
     optim = dataclasses.replace(config.optim, ppo_epochs=1, minibatches=1)
     for name in dtypes:
@@ -172,6 +173,8 @@ def bench_mfu(
     if "bfloat16" in modes and "float32" in modes:
         ratios["bf16_over_fp32_tokens_per_s"] = modes["bfloat16"]["tokens_per_s"] / modes["float32"]["tokens_per_s"]
         ratios["bf16_over_fp32_matmul_peak"] = peaks["bfloat16"] / peaks["float32"]
+    if "bf16-mixed" in modes and "float32" in modes:
+        ratios["bf16_mixed_over_fp32_tokens_per_s"] = modes["bf16-mixed"]["tokens_per_s"] / modes["float32"]["tokens_per_s"]
     result = {
         "settings": {"sequences": sequences, "length": length, "repeats": repeats, "lora": config.policy.lora.enabled,
                      "threads": torch.get_num_threads()},

@@ -43,11 +43,13 @@ from mapo.engines.base import EngineError, StaleWeightsError, SyncStats, require
 from mapo.engines.gguf_export import check_architecture, write_lora_adapter, write_model
 from mapo.engines.wire import HEADER, frame_bytes
 from mapo.policy import KVCache, Policy, Sample
+from mapo.runtime import IDLE, check_threads, usable_cores
 
 log = logging.getLogger("mapo.engines.llamacpp")
 SYNC_MODES = ("adapter", "merged")
 SOURCE = "source"
-BASE_TYPES = ("F32", "F16", "Q8_0")  # Q4_0 re-quantised from Q4_1 weights: KL 0.58 to torch, unusable
+AUTO = "auto"
+BASE_TYPES = ("F32", "F16", "BF16", "Q8_0")  # Q4_0 re-quantised from Q4_1 weights: KL 0.58 to torch, unusable
 MERGED_FROM_SOURCE = (
     "rollout.llamacpp.sync=merged with base_type=source would re-quantise the merged weights to the shipped "
     "file's 4-bit types after every step, so small updates vanish and the engine lags the trainer; set "
@@ -61,34 +63,50 @@ WORKDIR_FILES = ("base.gguf", "adapter-*.gguf", "model-*.gguf", "*.tmp")
 class LlamaCppSpec:
     """The llama.cpp engine's knobs (the `rollout.llamacpp` config section)."""
 
-    # sequences decode on this many threads; None: the cores idle right now, per request (on a
-    # shared CPU a thread more than the idle cores stalls every barrier: 2 threads on 2 busy
-    # cores decoded 10x slower than 1 here)
-    threads: int | None = None
+    # sequences decode on this many threads; None: every core the process may use; "idle": the
+    # cores idle right now, per request (for a shared CPU: a thread more than the idle cores
+    # stalls every barrier, 2 threads on 2 busy cores decoded 10x slower than 1 there)
+    threads: int | str | None = None
     sync: str = "adapter"  # adapter: LoRA as a GGUF adapter | merged: whole model in base_type, reloaded
     # the base model llama.cpp runs: "source" = the policy's GGUF file as shipped, or a tensor
-    # type (F16, Q8_0, ...) to write from the torch weights. F16 computes what torch computes
-    # (KL 1e-5 on SmolLM2) and decoded faster here than the shipped Q4_1 (docs/engines.md)
-    base_type: str = "F16"
+    # type (F16, BF16, Q8_0, F32) to write from the torch weights; "auto" = BF16 when the policy
+    # computes in bfloat16 (bf16-mixed: BF16 decodes faster and its KL to that policy is F16's),
+    # else F16 (KL 1e-5 to a float32 policy on SmolLM2; BF16 20x more). docs/engines.md
+    base_type: str = AUTO
     batch_tokens: int = 512  # ids per llama_decode call while prefilling
     timeout_s: float = 900.0  # a request unanswered this long counts as a dead worker
 
     def __post_init__(self) -> None:
         if self.sync not in SYNC_MODES:
             raise ValueError(f"rollout.llamacpp.sync must be one of {', '.join(SYNC_MODES)}, got {self.sync!r}")
-        if self.base_type != SOURCE and self.base_type not in BASE_TYPES:
-            raise ValueError(f"rollout.llamacpp.base_type must be {SOURCE!r} or one of {', '.join(BASE_TYPES)}, got {self.base_type!r}")
+        if self.base_type not in (AUTO, SOURCE, *BASE_TYPES):
+            raise ValueError(
+                f"rollout.llamacpp.base_type must be {AUTO!r}, {SOURCE!r} or one of {', '.join(BASE_TYPES)}, got {self.base_type!r}"
+            )
         if self.sync == "merged" and self.base_type == SOURCE:
             raise ValueError(MERGED_FROM_SOURCE)
-        if self.threads is not None and self.threads < 1:
-            raise ValueError(f"rollout.llamacpp.threads must be at least 1 or null, got {self.threads}")
+        check_threads(self.threads, "rollout.llamacpp.threads")
         if self.batch_tokens < 1 or not self.timeout_s > 0:
             raise ValueError("rollout.llamacpp.batch_tokens must be >= 1 and timeout_s > 0")
 
 
+def resolve_base_type(base_type: str, policy: Policy) -> str:
+    """The base type to run: as configured, or for `auto` BF16 under a bfloat16-computing policy, else F16."""
+    if base_type != AUTO:
+        return base_type
+    return "BF16" if policy.compute_dtype is torch.bfloat16 else "F16"
+
+
+def engine_threads(threads: int | str | None) -> int:
+    """The threads of one request: as configured, every usable core (None), or the idle ones (`idle`)."""
+    if threads is None:
+        return usable_cores()
+    return idle_cores() if threads == IDLE else int(threads)
+
+
 def idle_cores() -> int:
-    """CPU cores not running anything else right now (at least 1): cores - (running threads - this one)."""
-    cores = os.cpu_count() or 1
+    """Usable CPU cores not running anything else right now (at least 1): cores - (running threads - this one)."""
+    cores = usable_cores()
     try:
         running = int(Path("/proc/loadavg").read_text().split()[3].split("/")[0])
     except (OSError, IndexError, ValueError):
@@ -142,8 +160,9 @@ class LlamaCppEngine:
             raise EngineError(problem)
         self.spec = spec or LlamaCppSpec()
         self.policy = policy
+        self.base_type = resolve_base_type(self.spec.base_type, policy)
         check_architecture(policy.model)
-        if self.spec.base_type == SOURCE and source_gguf is None:
+        if self.base_type == SOURCE and source_gguf is None:
             raise EngineError("rollout.llamacpp.base_type=source needs a policy loaded from a GGUF file")
         self.slots, self.context_per_slot = slots, context_per_slot
         self._own_workdir = workdir is None or remove_workdir  # deleted again by close()
@@ -164,7 +183,7 @@ class LlamaCppEngine:
         self._closed = False
         atexit.register(self.close)  # an engine nobody closed still ends its worker and work folder
         try:
-            if self.spec.base_type == SOURCE:
+            if self.base_type == SOURCE:
                 self.base_gguf = Path(source_gguf)
             else:
                 self.base_gguf = self._write_base()
@@ -177,7 +196,7 @@ class LlamaCppEngine:
 
     def _write_base(self) -> Path:
         path = self.workdir / "base.gguf"
-        write_model(self.policy.model, self.policy.tokenizer, path, default_type=self.spec.base_type, merge_lora=False)
+        write_model(self.policy.model, self.policy.tokenizer, path, default_type=self.base_type, merge_lora=False)
         return path
 
     def _start(self) -> None:
@@ -209,7 +228,7 @@ class LlamaCppEngine:
                 "model": str(self.base_gguf),
                 "slots": self.slots,
                 "context_per_slot": self.context_per_slot,
-                "threads": self.spec.threads or idle_cores(),
+                "threads": engine_threads(self.spec.threads),
                 "batch": self.spec.batch_tokens,
                 "tokenizer": str(self.workdir / "tokenizer" / "tokenizer.json"),
             },
@@ -378,7 +397,7 @@ class LlamaCppEngine:
         else:  # never base_type=source (LlamaCppSpec refuses it): no re-quantising to 4 bits every step
             path = write_model(
                 self.policy.model, self.policy.tokenizer, self.workdir / f"model-{version}.gguf",
-                default_type=self.spec.base_type,
+                default_type=self.base_type,
             )
             message = {"op": "model", "path": str(path), "version": version}
         exported = time.perf_counter()
@@ -436,7 +455,7 @@ class LlamaCppEngine:
                     "max_sentences": max_sentences,
                     "end_of_turn_id": self.policy.end_of_turn_id,
                     "seed": seed,
-                    "threads": self.spec.threads or idle_cores(),
+                    "threads": engine_threads(self.spec.threads),
                     "version": self.version,  # the worker refuses to sample from any other weights
                 }
             )
