@@ -255,12 +255,12 @@ def test_merged_sync_serves_the_merged_model(tiny_lora, tmp_path):
 
 
 def test_a_bf16_base_is_written_in_bf16_and_samples_close_to_torch(tiny_lora, tmp_path):
-    from mapo.engines.gguf_export import source_tensor_types
+    from gguf import GGUFReader
 
     spec = LlamaCppSpec(threads=1, base_type="BF16")
     with LlamaCppEngine(tiny_lora, slots=2, context_per_slot=256, spec=spec, workdir=tmp_path) as engine:
         engine.sync(0)
-        types = {t.name for name, t in source_tensor_types(tmp_path / "base.gguf").items() if name.endswith("attn_q.weight")}
+        types = {t.tensor_type.name for t in GGUFReader(tmp_path / "base.gguf").tensors if t.name.endswith("attn_q.weight")}
         assert types == {"BF16"}
         torch.manual_seed(8)
         contexts = _contexts(tiny_lora, 2)

@@ -251,15 +251,12 @@ def write_model(
     model: torch.nn.Module,
     tokenizer: Any,
     path: Path,
-    tensor_types: dict[str, Any] | None = None,
     default_type: str = "F32",
     merge_lora: bool = True,
 ) -> Path:
     """The model (LoRA merged unless `merge_lora` is False) as a llama.cpp GGUF file.
 
-    `tensor_types` maps llama.cpp tensor names to a gguf quantisation type (e.g. the
-    types of a GGUF file, to write a model as that file was quantised);
-    other matrices get `default_type`; 1-D tensors (norms) are always F32.
+    Matrices are written in `default_type`; 1-D tensors (norms) are always F32.
     """
     import gguf
 
@@ -285,7 +282,7 @@ def write_model(
     for name, weight in dense_weights(model, merge_lora):
         target = gguf_name(name)
         array = _to_gguf_array(name, weight.numpy(), config)
-        kind = (tensor_types or {}).get(target, fallback) if array.ndim > 1 else gguf.GGMLQuantizationType.F32
+        kind = fallback if array.ndim > 1 else gguf.GGMLQuantizationType.F32
         data, raw_dtype = _encode(array, kind)
         writer.add_tensor(target, data, raw_dtype=raw_dtype)
     return _write(writer, path)
