@@ -10,11 +10,15 @@ said." on a repeat), the guess's verdict, or one line saying what may be asked.
 
 K = 1: state = (-D_t,), action = (D_{t-1} - D_t,), so ||P_t|| = D_t and IDR is each turn's
 gain (bits of information, plus `solve_bits` for the right guess; game.py). ADR and outcome
-work unchanged. The game ends "success" on the right guess and "timeout" after `max_turns`
-replies (default 2 * ceil(log2(pool_size)) + 1: 7 turns at pool 8, where the optimal
-questioner needs about 4); there is no "failure".
+work unchanged. The game ends "success" on the right guess, "failure" on a wrong guess beyond
+the `wrong_guesses_allowed` (default 0: one guess, as in the parlour game), and "timeout" after
+`max_turns` replies (default 2 * ceil(log2(pool_size)) + 1: 7 turns at pool 8, where the
+optimal questioner needs about 4). A forgiven wrong guess takes the candidate out of the pool.
+Why one guess by default: with wrong guesses free, guessing down the list solves max_turns /
+pool_size of the games (7 of 8 at pool 8) without a single question, so "success" would not
+measure questioning; with one guess it solves 1 / pool_size.
 
-Options: pool_size (default 8), max_turns, solve_bits (1.0), pool_seed (0).
+Options: pool_size (default 8), max_turns, solve_bits (1.0), wrong_guesses_allowed (0), pool_seed (0).
 Scenarios (`env.scenarios`, `mapo eval --scenarios`): train | test | all of the bundled
 case set, or a case file `path.yaml` (all its secrets) or `path.yaml:train|test`.
 """
@@ -68,13 +72,17 @@ class QuestioningEnvironment:
     reply_limits = {"max_new_tokens": 32, "max_sentences": 1}  # one short question or guess per reply
     dialogue_summary = staticmethod(game_summary)
 
-    def __init__(self, pool_size: int = 8, max_turns: int | None = None, solve_bits: float = 1.0, pool_seed: int = 0) -> None:
+    def __init__(self, pool_size: int = 8, max_turns: int | None = None, solve_bits: float = 1.0,
+                 wrong_guesses_allowed: int = 0, pool_seed: int = 0) -> None:
         if not isinstance(pool_size, int) or pool_size < 2:
             raise ValueError(f"{self.case_set}: pool_size must be an integer >= 2, got {pool_size!r}")
         if max_turns is not None and max_turns < 1:
             raise ValueError(f"{self.case_set}: max_turns must be at least 1, got {max_turns}")
         if not solve_bits > 0:
             raise ValueError(f"{self.case_set}: solve_bits must be > 0 (a right guess must pay more than a timeout), got {solve_bits}")
+        if not isinstance(wrong_guesses_allowed, int) or wrong_guesses_allowed < 0:
+            raise ValueError(f"{self.case_set}: wrong_guesses_allowed must be an integer >= 0, got {wrong_guesses_allowed!r}")
+        self.wrong_guesses_allowed = wrong_guesses_allowed
         self.pool_size = pool_size
         self.max_turns = max_turns or default_max_turns(pool_size)
         self.solve_bits = float(solve_bits)
@@ -134,6 +142,8 @@ class QuestioningEnvironment:
         distance = self.game.distance()
         if self.game.solved:
             self.done_reason = "success"
+        elif len(self.game.wrong_guesses) > self.wrong_guesses_allowed:
+            self.done_reason = "failure"
         elif self.turn >= self.max_turns:
             self.done_reason = "timeout"
         info = {
