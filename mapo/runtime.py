@@ -1,4 +1,5 @@
-"""Process set-up shared by training, evaluation and the benchmarks: seeds and torch threads.
+"""Process set-up shared by training, evaluation and the benchmarks: seeds, torch threads, and
+the trainer state a checkpoint holds beside the weights (step, optimizer, generators).
 
 Every random draw of a run's step k is seeded from (seed, k, stream), so a run resumed
 from a checkpoint, or an evaluation batch, draws exactly what an uninterrupted one would.
@@ -6,8 +7,11 @@ from a checkpoint, or an evaluation batch, draws exactly what an uninterrupted o
 
 from __future__ import annotations
 
+import json
 import os
 import random
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,6 +27,24 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+
+
+def write_trainer_state(folder: Path, step: int, optimizer: torch.optim.Optimizer, **extra: Any) -> None:
+    """The step, the optimizer and every random generator (plus `extra` entries) into a checkpoint folder."""
+    rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    torch.save({"step": step, "optimizer": optimizer.state_dict(), **extra, "rng": rng}, folder / "trainer_state.pt")
+    (folder / "trainer_state.json").write_text(json.dumps({"step": step}) + "\n", encoding="utf-8")
+
+
+def read_trainer_state(folder: Path, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """Restore the optimizer and the random generators `write_trainer_state` saved; returns the state
+    (its "step" and any extra entries)."""
+    state = torch.load(folder / "trainer_state.pt", weights_only=False)
+    optimizer.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["rng"]["torch"])
+    np.random.set_state(state["rng"]["numpy"])
+    random.setstate(state["rng"]["python"])
+    return state
 
 
 IDLE = "idle"

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
-import random
 import signal
 import sys
 import threading
@@ -54,7 +52,7 @@ from mapo.reliability import (
 )
 from mapo.rollout import rollout
 from mapo.run_folder import RunFolder, new_run_dir
-from mapo.runtime import IDLE, choose_threads, seed_everything, step_seed
+from mapo.runtime import IDLE, choose_threads, read_trainer_state, seed_everything, step_seed, write_trainer_state
 from mapo.sft.chain import check_chain, sft_enabled, warm_start
 from mapo.tracking import Tracking, check_installed
 from mapo.types import Scenario
@@ -107,33 +105,17 @@ class Trainer:
         def write(folder: Path) -> None:
             self.policy.save_pretrained(folder / "policy")
             pause_for_test(self.step, folder)  # MAPO_TEST_PAUSE_IN_CHECKPOINT: a kill mid-write, on purpose
-            torch.save(
-                {
-                    "step": self.step,
-                    "optimizer": self.optimizer.state_dict(),
-                    **{m.name: m.state_dict() for m in self.methods},  # e.g. RAPO's EMA teacher
-                    "rng": {
-                        "torch": torch.get_rng_state(),
-                        "numpy": np.random.get_state(),
-                        "python": random.getstate(),
-                    },
-                },
-                folder / "trainer_state.pt",
-            )
-            (folder / "trainer_state.json").write_text(json.dumps({"step": self.step}) + "\n", encoding="utf-8")
+            # e.g. RAPO's EMA teacher
+            write_trainer_state(folder, self.step, self.optimizer, **{m.name: m.state_dict() for m in self.methods})
 
         return run.save_checkpoint(self.step, write, keep=self.config.keep_checkpoints)
 
     def load_checkpoint(self, run: RunFolder, folder: Path) -> None:
         """Restore weights, optimizer, RNG and step; drop the run's log lines written after it."""
         self.policy.load_trained(folder / "policy")
-        state = torch.load(folder / "trainer_state.pt", weights_only=False)
-        self.optimizer.load_state_dict(state["optimizer"])
+        state = read_trainer_state(folder, self.optimizer)
         for method in self.methods:
             method.load_state_dict(state.get(method.name, {}), self.policy)
-        torch.set_rng_state(state["rng"]["torch"])
-        np.random.set_state(state["rng"]["numpy"])
-        random.setstate(state["rng"]["python"])
         self.step = int(state["step"])
         run.drop_logs_after(self.step)
 

@@ -17,7 +17,6 @@ import json
 import logging
 import math
 import os
-import random
 import shutil
 import signal
 import threading
@@ -27,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from mapo.config import OptimSpec, TrainConfig, config_dict, dump_config, load_config
 from mapo.gguf_cache import drop_quantisation_flag
@@ -37,7 +35,7 @@ from mapo.policy import Policy, load_policy
 from mapo.progress import progress_bar
 from mapo.reliability import TrainingInterrupted
 from mapo.run_folder import RunFolder, new_run_dir
-from mapo.runtime import configure_threads, seed_everything, step_seed
+from mapo.runtime import configure_threads, read_trainer_state, seed_everything, step_seed, write_trainer_state
 from mapo.sft.data import train_and_held_out
 from mapo.sft.loss import held_out_loss, summed_nll
 from mapo.sft.spec import FINAL, SFT_MARKER
@@ -128,19 +126,13 @@ class SftTrainer:
     def save_checkpoint(self, run: RunFolder) -> Path:
         def write(folder: Path) -> None:
             self.policy.save_pretrained(folder / "policy")
-            rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
-            torch.save({"step": self.step, "optimizer": self.optimizer.state_dict(), "rng": rng}, folder / "trainer_state.pt")
-            (folder / "trainer_state.json").write_text(json.dumps({"step": self.step}) + "\n", encoding="utf-8")
+            write_trainer_state(folder, self.step, self.optimizer)
 
         return run.save_checkpoint(self.step, write, keep=self.config.keep_checkpoints)
 
     def load_checkpoint(self, run: RunFolder, folder: Path) -> None:
         self.policy.load_trained(folder / "policy")
-        state = torch.load(folder / "trainer_state.pt", weights_only=False)
-        self.optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["rng"]["torch"])
-        np.random.set_state(state["rng"]["numpy"])
-        random.setstate(state["rng"]["python"])
+        state = read_trainer_state(folder, self.optimizer)
         self.step = int(state["step"])
         run.drop_logs_after(self.step)
 
