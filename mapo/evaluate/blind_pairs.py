@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from mapo.evaluate.bench import write_jsonl
-from mapo.evaluate.compare import result_file
+from mapo.evaluate.compare import read_result
 from mapo.evaluate.validity import verdict_of
 from mapo.validation import json_lines
 
@@ -61,11 +61,7 @@ def read_records(path: Path, what: str, error: type[Exception] = ValueError) -> 
 
 def load_eval_run(folder: str | Path, label: str | None = None) -> EvalRun:
     """A `mapo eval` output folder (or its eval.json): eval.json and transcripts.jsonl beside it."""
-    file = result_file(folder)
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{file}: not valid JSON ({err.msg})") from None
+    file, data = read_result(folder)
     if not isinstance(data, dict) or data.get("benchmark", "eval") != "eval" or "summary" not in data:
         raise ValueError(f"{file}: not a mapo eval result (a blind comparison needs `mapo eval` folders)")
     transcripts_path = file.parent / "transcripts.jsonl"

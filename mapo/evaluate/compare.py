@@ -59,6 +59,15 @@ def result_file(path: str | Path) -> Path:
     return path
 
 
+def read_result(path: str | Path) -> tuple[Path, Any]:
+    """(the result file `path` names, its parsed JSON); a file that is not JSON is a ValueError naming it."""
+    file = result_file(path)
+    try:
+        return file, json.loads(file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{file}: not valid JSON ({err.msg})") from None
+
+
 def _eval_metrics(data: dict[str, Any]) -> list[Metric]:
     s = data["summary"]
     metrics = [
@@ -123,11 +132,7 @@ def _eqbench_metrics(data: dict[str, Any]) -> list[Metric]:
 
 
 def load_result(path: str | Path, label: str | None = None) -> Result:
-    file = result_file(path)
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{file}: not valid JSON ({err.msg})") from None
+    file, data = read_result(path)
     kind = data.get("benchmark", "eval") if isinstance(data, dict) else None
     readers = {"eval": _eval_metrics, "emobench": _emobench_metrics, "eqbench": _eqbench_metrics}
     if kind not in readers or "summary" not in data:
