@@ -186,12 +186,30 @@ def _score_blind(results: list[Path], out: Path) -> None:
 
 
 @app.command()
-def report(run: Annotated[Path, typer.Argument(help="A training run folder (with metrics.jsonl).")]) -> None:
-    """Write RUN/report.html: training curves as embedded plots, links to transcripts and checkpoints."""
+def report(
+    runs: Annotated[list[Path], typer.Argument(help="Training run folders (with metrics.jsonl); several with --png: one curve each.")],
+    png: Annotated[
+        Optional[Path], typer.Option("--png", help="Also draw the runs' learning curve into this PNG file (mean and each run).")
+    ] = None,
+    references: Annotated[
+        Optional[Path], typer.Option("--references", help="An eval folder or eval.json whose reference players (a game's optimal "
+                                     "and random) are drawn as lines on the curve.")
+    ] = None,
+    title: Annotated[str, typer.Option(help="The figure's title (with --png).")] = "",
+) -> None:
+    """Write RUN/report.html: training curves as embedded plots, links to transcripts and checkpoints;
+    with --png, one learning-curve image of all the runs given."""
+    from mapo.evaluate.compare import result_file
+    from mapo.evaluate.curves import reference_figures, write_learning_curve
     from mapo.evaluate.report import write_report
 
     try:
-        path = write_report(run)
-    except FileNotFoundError as err:
+        for run in runs:
+            typer.echo(f"Report: {write_report(run)}")
+        if png is not None:
+            drawn = reference_figures(result_file(references)) if references is not None else None
+            typer.echo(f"Learning curve: {write_learning_curve(runs, png, drawn, title=title)}")
+        elif references is not None:
+            raise ValueError("--references goes with --png")
+    except (FileNotFoundError, ValueError) as err:
         raise fail(err) from None
-    typer.echo(f"Report: {path}")

@@ -18,7 +18,8 @@ ALL_KEYS = (
     "adv_batch_abs_mean adv_mixed_mean adv_mixed_std adv_mixed_abs_mean response_length_mean truncated_fraction "
     "kl kl_old entropy clip_fraction ratio_mean turns_mean final_distance_mean tokens_per_s_rollout "
     "tokens_per_s_train step_time backend_retries_http_500 judge_repairs judge_fallbacks "
-    "hack_distinct2 hack_repetition hack_echo hack_role_swap hack_fragment"
+    "hack_distinct2 hack_repetition hack_echo hack_role_swap hack_fragment "
+    "env_success_rate env_invalid_rate env_repeat_rate env_bits_per_question"
 ).split()
 
 
@@ -103,3 +104,25 @@ def test_viewer_shows_the_need_vector_per_turn():
     assert "A+3" in page and "A-2" in page  # v_t per turn
     assert "<polyline" in page and ">success</span>" in page
     assert "<td>pass_rate</td><td>1.000</td>" in page
+
+
+def test_report_png_draws_several_runs_against_the_reference_players(tmp_path):
+    runs = [tmp_path / "s0", tmp_path / "s1"]
+    for k, run in enumerate(runs):
+        write_run(run, keys=["reward_mean", "env_success_rate", "env_bits_per_question"], steps=4 + k)
+    evaluation = tmp_path / "eval"
+    evaluation.mkdir()
+    references = {"player:optimal": {"pass_rate": 1.0, "figures": {"success_rate": 1.0, "bits_per_question": 0.98}},
+                  "player:random": {"pass_rate": 0.3, "figures": {"success_rate": 0.3, "bits_per_question": 0.35}}}
+    (evaluation / "eval.json").write_text(json.dumps({"summary": {"references": references}}), encoding="utf-8")
+    png = tmp_path / "docs" / "curve.png"
+    result = CliRunner().invoke(app, ["report", *map(str, runs), "--png", str(png), "--references", str(evaluation)])
+    assert result.exit_code == 0, result.output
+    assert png.read_bytes().startswith(b"\x89PNG") and f"Learning curve: {png}" in result.output
+    assert all((run / "report.html").is_file() for run in runs)
+    from mapo.evaluate.curves import reference_figures
+
+    assert reference_figures(evaluation / "eval.json") == {
+        "optimal": {"success_rate": 1.0, "bits_per_question": 0.98}, "random": {"success_rate": 0.3, "bits_per_question": 0.35}}
+    result = CliRunner().invoke(app, ["report", str(runs[0]), "--references", str(evaluation)])
+    assert result.exit_code == 2 and "--references goes with --png" in result.output
