@@ -55,3 +55,13 @@ def test_methods_doc_says_checkpoints_keep_the_ema_teacher():
     text = " ".join((ROOT / "docs" / "methods.md").read_text(encoding="utf-8").split())
     assert "Checkpoints keep the EMA teacher" in text  # mapo.trainer saves Rapo.state_dict() (test_methods_train)
     assert "restarted from the current weights when a run is resumed" not in text
+
+
+def test_readme_is_a_front_page_whose_links_resolve():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 220
+    # markdown links and images, and the `docs/...`, `examples/...`, `scripts/...` paths it names
+    targets = re.findall(r"\]\(([^)#\s]+)\)", readme)
+    targets += re.findall(r"`((?:docs|examples|scripts|mapo/data)/[\w./-]+?)`", readme)
+    missing = [t for t in targets if not t.startswith("http") and not (ROOT / t).exists()]
+    assert targets and missing == []
