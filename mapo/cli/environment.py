@@ -86,11 +86,12 @@ def env_calibrate(
     except ValueError as err:
         raise fail(err) from None
     console = Console()
-    title = f"{judge.capitalize()} judge on {split} exemplars ({result['items']} replies, {result['contexts']} contexts)"
+    name = "LLM" if judge == "llm" else judge.capitalize()
+    title = f"{name} judge on {split} exemplars ({result['items']} replies, {result['contexts']} contexts)"
     console.print(calibration_table(result, title))
     if result["families"]:
         console.print(family_table(result))
-    console.print(judge_replies_line(result))
+    typer.echo(judge_replies_line(result))
     out = Path(output) if output else new_run_dir("runs", "calibrate")
     out.mkdir(parents=True, exist_ok=True)
     record = {"split": split, "judge": {"kind": judge, **options}, **result}
