@@ -139,3 +139,30 @@ def test_bad_judge_arguments_are_named(folder, tmp_path):
     assert no_pair.exit_code == 2 and "key=value" in no_pair.output
     bad_limit = runner.invoke(app, [*base, "--limit", "0"])
     assert bad_limit.exit_code == 2 and "limit" in bad_limit.output
+
+
+@pytest.mark.slow
+def test_calibrating_a_real_model_behind_llama_cpp_reports(llama_server, tmp_path):
+    """SmolLM2-135M as the judge on one calibration context: the command runs and reports; its number is what it is."""
+    folder = tmp_path / "exemplars"
+    folder.mkdir()
+    (folder / "career.yaml").write_text((exemplar_dir() / "career.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    options = [f"base_url={llama_server}", "model=smollm2", "api_key_env=null", "timeout=300", "max_tokens=200",
+               "json_format=llama_cpp"]
+    args = ["env", "calibrate", "--exemplars", str(folder), "--split", "calibration", "--limit", "1", "--judge", "llm",
+            "--concurrency", "2", "--output", str(tmp_path / "out")]
+    for option in options:
+        args += ["--judge-option", option]
+    result = CliRunner().invoke(app, args)
+    print(result.output)
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "out" / "calibration.json").read_text())
+    replies = data["replies"]
+    assert data["items"] == replies["judged"] == len(data["predictions"]) == 5 and data["contexts"] == 1
+    assert replies["fallbacks"] == sum(p["fallback"] for p in data["predictions"])
+    assert replies["repaired"] == sum(p["repaired"] for p in data["predictions"])
+    assert data["ranking"]["pairs"] > 0 and 0.0 <= data["ranking"]["accuracy"] <= 1.0
+    assert all(set(p["judged"]) == set(LEVEL_KEYS) for p in data["predictions"])
+    assert f"Judged 5 replies: {replies['repaired']} after a repair, {replies['fallbacks']} fallbacks" in " ".join(
+        result.output.split()
+    )
