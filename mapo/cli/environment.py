@@ -55,30 +55,47 @@ def env_try(
 def env_calibrate(
     split: Annotated[str, typer.Option(help="Exemplars to score: heldout, calibration, adversarial, blind, policy or all.")] = "heldout",
     exemplars: Annotated[Optional[Path], typer.Option(help="Folder of exemplar .yaml files (default: bundled).")] = None,
+    judge: Annotated[str, typer.Option(help="Judge kind: offline, llm, or any registered kind (as roles.judge.kind in a config).")] = "offline",
+    judge_option: Annotated[
+        Optional[list[str]],
+        typer.Option("--judge-option", help="Judge option key=value, as in roles.judge of a config, e.g. base_url=http://127.0.0.1:8080/v1 (repeatable)."),
+    ] = None,
+    concurrency: Annotated[int, typer.Option(help="Replies judged at once (an LLM judge's requests in flight).")] = 8,
+    limit: Annotated[Optional[int], typer.Option(help="Score only the first N contexts (all their replies).")] = None,
     output: OutOpt = None,
 ) -> None:
-    """Score the offline judge on the labelled exemplars: per-level agreement and ranking accuracy."""
+    """Score a judge (the offline one by default) on the labelled exemplars: per-level agreement,
+    ranking accuracy, degenerate families, and an LLM judge's repairs and fallbacks."""
     import json
 
     from rich.console import Console
 
-    from mapo.envs.empathy.calibrate import evaluate, load_exemplars
-    from mapo.envs.empathy.console import calibration_table, family_table
-    from mapo.envs.empathy.offline.judge import OfflineJudge
+    from mapo.cli.common import key_values
+    from mapo.envs.empathy.calibrate import evaluate, first_contexts, load_exemplars
+    from mapo.envs.empathy.console import calibration_table, family_table, judge_replies_line
+    from mapo.envs.empathy.roles import make_role
     from mapo.run_folder import new_run_dir
 
+    options = key_values(judge_option, "--judge-option")
+    if judge == "llm":  # as many requests in flight as replies judged at once, unless the option says
+        options.setdefault("concurrency", concurrency)
     try:
-        items = load_exemplars(split, exemplars)  # type: ignore[arg-type]
-        result = evaluate(OfflineJudge(), items)
+        items = first_contexts(load_exemplars(split, exemplars), limit)  # type: ignore[arg-type]
+        scorer = make_role("judge", {"kind": judge, **options})
+        result = evaluate(scorer, items, concurrency=concurrency)
     except ValueError as err:
         raise fail(err) from None
     console = Console()
-    console.print(calibration_table(result, f"Offline judge on {split} exemplars ({result['items']} replies, {result['contexts']} contexts)"))
+    name = "LLM" if judge == "llm" else judge.capitalize()
+    title = f"{name} judge on {split} exemplars ({result['items']} replies, {result['contexts']} contexts)"
+    console.print(calibration_table(result, title))
     if result["families"]:
         console.print(family_table(result))
+    typer.echo(judge_replies_line(result))
     out = Path(output) if output else new_run_dir("runs", "calibrate")
     out.mkdir(parents=True, exist_ok=True)
-    (out / "calibration.json").write_text(json.dumps({"split": split, **result}, indent=2, ensure_ascii=False), encoding="utf-8")
+    record = {"split": split, "judge": {"kind": judge, **options}, **result}
+    (out / "calibration.json").write_text(json.dumps(record, indent=2, ensure_ascii=False), encoding="utf-8")
     typer.echo(f"Results: {out / 'calibration.json'}")
 
 

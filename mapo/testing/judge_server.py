@@ -1,7 +1,8 @@
 """An OpenAI-compatible chat server whose "model" is the offline judge.
 
-It answers `LLMJudge`'s requests: it reads the persona, the dialogue and the reply
-to rate from the judge prompt, scores the reply with `OfflineJudge` (rules +
+It answers `LLMJudge`'s requests: it reads the persona (or, for a calibration context,
+the situation, what is not said yet and the cues), the dialogue and the reply to rate
+from the judge prompt, scores the reply with `OfflineJudge` (rules +
 sentence embeddings), and replies with the six levels as the JSON the judge asks
 for. So an LLM-judge configuration (backend, retries, JSON validation, repair,
 fallback) can run end to end without a GPU or a model download, e.g. behind a
@@ -30,12 +31,15 @@ from typing import Any
 from mapo.envs.empathy.cards import ScenarioCard, bundled_scenarios
 from mapo.envs.empathy.offline.features import CUE_FIELDS, JudgeContext
 from mapo.envs.empathy.offline.judge import OfflineJudge
-from mapo.envs.empathy.llm.judge import _is_quoted
+from mapo.envs.empathy.llm.judge import CONTEXT_PERSON, _is_quoted
 from mapo.envs.dynamics import LEVEL_KEYS
 from mapo.methods.hindsight_llm import HINDSIGHT_HEADER
 from mapo.types import Scenario
 
 _NAME = re.compile(r"^Name: ([^,\n]+),", re.MULTILINE)
+_SITUATION = re.compile(r"^Situation: (.*)$", re.MULTILINE)
+_CUE = re.compile(r"^- ([CAP]), [a-z]+: (.*)$", re.MULTILINE)
+_BACKGROUND = re.compile(r"^Not said yet: (.*)$", re.MULTILINE)
 _DEEPEST = re.compile(r"Deepest need now: ([CAP])\.")
 _REPLY = re.compile(r"LATEST ASSISTANT REPLY[^\n]*\n<<<\n(.*)\n>>>\n", re.DOTALL)
 _LISTENER = re.compile(r"^Listener \[(\d+)\]: (.*)$")
@@ -81,22 +85,33 @@ class JudgeServer:
         return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
 
     def levels_json(self, prompt: str) -> str:
-        """The judge JSON for one `LLMJudge` user prompt."""
+        """The judge JSON for one `LLMJudge` user prompt: about a card's persona (`judge`) or a context (`score`)."""
         name, reply, transcript = _NAME.search(prompt), _REPLY.search(prompt), _TRANSCRIPT.search(prompt)
-        if not (name and reply and transcript):
-            raise JudgePromptError("not an LLM judge prompt (no profile name, conversation or reply to rate)")
-        card = self.cards.get(name.group(1).strip())
-        if card is None:
-            raise JudgePromptError(f"no scenario card for the persona {name.group(1)!r}")
+        situation = _SITUATION.search(prompt)
+        if not (reply and transcript and (name or situation)):
+            raise JudgePromptError("not an LLM judge prompt (no profile, conversation or reply to rate)")
         response = reply.group(1)
-        history = _history(transcript.group(1), card.persona.name)
+        if name:
+            card = self.cards.get(name.group(1).strip())
+            if card is None:
+                raise JudgePromptError(f"no scenario card for the persona {name.group(1)!r}")
+            history = _history(transcript.group(1), card.persona.name)
+            situation_text = card.situation
+            cues = {axis: list(getattr(card.cues, field)) for axis, field in CUE_FIELDS.items()}
+            background: list[str] = []
+        else:  # a context's profile (LLMJudge.score): what it says is all there is
+            history = _history(transcript.group(1), CONTEXT_PERSON)
+            situation_text = situation.group(1)
+            cues = {axis: [m.group(2) for m in _CUE.finditer(prompt) if m.group(1) == axis] for axis in CUE_FIELDS}
+            background = [m.group(1) for m in _BACKGROUND.finditer(prompt)]
         deepest = _DEEPEST.search(prompt)
         context = JudgeContext(
-            situation=card.situation,
-            cues={axis: list(getattr(card.cues, field)) for axis, field in CUE_FIELDS.items()},
+            situation=situation_text,
+            cues=cues,
             user_turns=[m["content"] for m in history if m["role"] == "user"],
             own_turns=[m["content"] for m in history if m["role"] == "assistant"],
             deepest_axis=deepest.group(1) if deepest else "C",
+            background=background,
         )
         judgement = self.judge.score(context, response)
         out: dict[str, dict[str, Any]] = {}

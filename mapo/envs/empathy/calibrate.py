@@ -9,14 +9,21 @@ contexts with several replies of graded quality and their expected six levels.
   v . v*_0 differ, the judge's v . v*_0 must order them the same way (a tie counts as
   wrong), with v = levels_to_vector(levels) and v*_0 = -P_0 / ||P_0||.
 
-Any object with `score(context: JudgeContext, response) -> Judgement` can be
-evaluated (the offline judge has it).
+Any judge kind can be evaluated (`mapo env calibrate --judge KIND --judge-option key=value`):
+one with `score(context: JudgeContext, response) -> Judgement` (the offline and the LLM judge)
+on every exemplar; one with only the role protocol (`reset`, `judge(card, history, response,
+state)`) on the contexts of a bundled card, with that card and P_{t-1}, the self-contained
+contexts counted as skipped. Replies are judged `concurrency` at a time (threads: an LLM judge
+waits on its server); a judge that primes a local batch (the offline judge) is scored in order.
+A judge's fallbacks (no valid judgement, the neutral levels used) are scored as they are and
+counted, as are its repairs (`Judgement.info["repaired"]`).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -28,7 +35,7 @@ import yaml
 from mapo.envs.dynamics import LEVEL_KEYS, levels_to_vector, validate_levels
 from mapo.envs.empathy.cards import ScenarioCard
 from mapo.envs.empathy.offline.features import JudgeContext
-from mapo.envs.empathy.roles import Judgement
+from mapo.envs.empathy.roles import Judge, Judgement
 from mapo.types import AXES
 
 Split = Literal["calibration", "heldout", "adversarial", "blind", "policy", "all"]
@@ -59,6 +66,7 @@ class Exemplar:
     kind: str
     context: JudgeContext
     p0: tuple[float, float, float]
+    state: tuple[float, float, float]  # P_{t-1}, the need vector before this reply
     response: str
     expected: dict[str, int]
     history: list[dict[str, str]] = field(default_factory=list)
@@ -141,6 +149,7 @@ def _parse_context(raw: Any, where: str, cards: dict[str, Any]) -> list[Exemplar
         own_turns=[m["content"] for m in history if m["role"] == "assistant"],
         deepest_axis=AXES[int(np.argmin(state))],
         background=list(merged.get("background") or []),
+        history=[dict(m) for m in history],
     )
     out = []
     for i, resp in enumerate(merged["responses"]):
@@ -169,6 +178,7 @@ def _parse_context(raw: Any, where: str, cards: dict[str, Any]) -> list[Exemplar
                 kind=str(resp.get("kind", "")),
                 context=context,
                 p0=p0,
+                state=state,
                 response=resp["text"].strip(),
                 expected=expected,
                 history=history,
@@ -214,14 +224,67 @@ def _projection(levels: dict[str, int], target: np.ndarray) -> float:
     return float(np.dot(levels_to_vector(levels), target))
 
 
-def evaluate(judge: ScoringJudge, exemplars: Sequence[Exemplar]) -> dict[str, Any]:
-    """Agreement and ranking metrics of `judge` on `exemplars` (see the module docstring)."""
-    if not exemplars:
-        raise ValueError("evaluate: no exemplars to score")
+def first_contexts(exemplars: Sequence[Exemplar], limit: int | None) -> list[Exemplar]:
+    """The replies of the first `limit` contexts (all of them when `limit` is None): whole contexts, so pairs stay."""
+    if limit is None:
+        return list(exemplars)
+    if limit < 1:
+        raise ValueError(f"limit must be a positive number of contexts, got {limit}")
+    kept = list(dict.fromkeys(e.context_id for e in exemplars))[:limit]
+    return [e for e in exemplars if e.context_id in set(kept)]
+
+
+def _role_scorer(judge: Judge) -> Callable[[Exemplar], Judgement]:
+    """Score an exemplar through the role protocol: its bundled card, its history, P_{t-1} as the live state."""
+    from mapo.envs.dynamics import NeedState
+    from mapo.envs.empathy.cards import bundled_scenarios
+
+    cards = {s.id: ScenarioCard.model_validate(s.card) for s in bundled_scenarios("all")}
+
+    def score(e: Exemplar) -> Judgement:
+        state = NeedState(e.p0)
+        state.p = np.asarray(e.state, dtype=float)
+        judge.reset(cards[e.scenario_id], seed=0)
+        return judge.judge(cards[e.scenario_id], list(e.history), e.response, state)
+
+    return score
+
+
+def judge_replies(judge: ScoringJudge | Judge, exemplars: Sequence[Exemplar], concurrency: int = 1) -> tuple[list[Exemplar], list[Judgement]]:
+    """The exemplars `judge` can score and its judgement of each (see the module docstring)."""
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+    if callable(getattr(judge, "score", None)):
+        scorer: Callable[[Exemplar], Judgement] = lambda e: judge.score(e.context, e.response)  # noqa: E731
+    elif callable(getattr(judge, "judge", None)) and callable(getattr(judge, "reset", None)):
+        exemplars = [e for e in exemplars if e.scenario_id]
+        scorer, concurrency = _role_scorer(judge), 1  # reset() is per episode: one reply at a time
+    else:
+        raise ValueError(
+            f"{type(judge).__name__} can not be calibrated: it needs score(context, response) "
+            "or the judge role protocol (reset and judge; see mapo.envs.empathy.roles)"
+        )
     prime = getattr(judge, "prime", None)
     if callable(prime):  # e.g. the offline judge: one batched encoder pass instead of one per reply
         prime([(e.context, e.response) for e in exemplars])
-    predictions = [judge.score(e.context, e.response) for e in exemplars]
+        concurrency = 1
+    if concurrency == 1:
+        return list(exemplars), [scorer(e) for e in exemplars]
+    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="mapo-calibrate") as pool:
+        return list(exemplars), list(pool.map(scorer, exemplars))
+
+
+def evaluate(judge: ScoringJudge | Judge, exemplars: Sequence[Exemplar], concurrency: int = 1) -> dict[str, Any]:
+    """Agreement and ranking metrics of `judge` on `exemplars` (see the module docstring)."""
+    if not exemplars:
+        raise ValueError("evaluate: no exemplars to score")
+    given = len(exemplars)
+    exemplars, predictions = judge_replies(judge, exemplars, concurrency)
+    if not exemplars:
+        raise ValueError(
+            f"evaluate: {type(judge).__name__} has no score(context, response), so only contexts on a bundled "
+            "card can be scored, and none of these is (use --split heldout, or give the judge a score method)"
+        )
     per_level = {}
     for key in LEVEL_KEYS:
         diffs = [abs(p.levels[key] - e.expected[key]) for p, e in zip(predictions, exemplars)]
@@ -232,7 +295,7 @@ def evaluate(judge: ScoringJudge, exemplars: Sequence[Exemplar]) -> dict[str, An
     by_context: dict[str, list[int]] = {}
     for i, e in enumerate(exemplars):
         by_context.setdefault(e.context_id, []).append(i)
-    pairs = correct = 0
+    pairs = correct = fallback_pairs = 0
     errors = []
     for cid, idx in by_context.items():
         for i, j in itertools.combinations(idx, 2):
@@ -242,6 +305,7 @@ def evaluate(judge: ScoringJudge, exemplars: Sequence[Exemplar]) -> dict[str, An
                 continue
             got_i, got_j = _projection(predictions[i].levels, target), _projection(predictions[j].levels, target)
             pairs += 1
+            fallback_pairs += predictions[i].fallback or predictions[j].fallback
             if (exp_i - exp_j) * (got_i - got_j) > 0:
                 correct += 1
             else:
@@ -257,6 +321,9 @@ def evaluate(judge: ScoringJudge, exemplars: Sequence[Exemplar]) -> dict[str, An
             "judged": p.levels,
             "evidence": p.evidence,
             "exact": p.levels == e.expected,
+            "fallback": p.fallback,
+            "repaired": bool(p.info.get("repaired", False)),
+            **({"reason": p.info["reason"]} if p.fallback and "reason" in p.info else {}),
         }
         for e, p in zip(exemplars, predictions)
     ]
@@ -265,7 +332,18 @@ def evaluate(judge: ScoringJudge, exemplars: Sequence[Exemplar]) -> dict[str, An
         "contexts": len(by_context),
         "exact_all_six": sum(it["exact"] for it in items) / len(items),
         "per_level": per_level,
-        "ranking": {"pairs": pairs, "correct": correct, "accuracy": correct / pairs if pairs else None},
+        "ranking": {
+            "pairs": pairs,
+            "correct": correct,
+            "accuracy": correct / pairs if pairs else None,
+            "with_fallback": fallback_pairs,  # pairs where either reply is a fallback (scored as its neutral levels)
+        },
+        "replies": {
+            "judged": len(items),
+            "skipped": given - len(items),  # self-contained contexts a role-protocol judge cannot see
+            "repaired": sum(it["repaired"] for it in items),
+            "fallbacks": sum(it["fallback"] for it in items),
+        },
         "ranking_errors": errors,
         "families": _family_metrics(exemplars, predictions),
         "predictions": items,

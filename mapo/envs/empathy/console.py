@@ -112,6 +112,20 @@ def calibration_table(result: dict[str, Any], title: str) -> Table:
     return table
 
 
+def judge_replies_line(result: dict[str, Any]) -> str:
+    """How many replies `calibrate.evaluate` judged, and how many of them were repairs or fallbacks."""
+    r = result["replies"]
+    line = f"Judged {r['judged']} replies: {r['repaired']} after a repair, {r['fallbacks']} fallbacks"
+    if r["fallbacks"]:
+        line += (
+            f" (no valid judgement: scored as the neutral levels, in {result['ranking']['with_fallback']} of "
+            f"{result['ranking']['pairs']} ranked pairs)"
+        )
+    if r["skipped"]:
+        line += f"; {r['skipped']} replies of self-contained contexts skipped (the judge has no score(context, response))"
+    return line + "."
+
+
 def family_table(result: dict[str, Any]) -> Table:
     """Per failure family of `calibrate.evaluate`: how the judge treats the degenerate replies."""
     table = Table(title="Degenerate replies by failure family")

@@ -13,6 +13,7 @@ from mapo.types import AXES
 if TYPE_CHECKING:
     from mapo.envs.dynamics import NeedState
     from mapo.envs.empathy.cards import ScenarioCard
+    from mapo.envs.empathy.offline.features import JudgeContext
 
 
 def card_profile(card: ScenarioCard, hidden: bool) -> str:
@@ -33,6 +34,18 @@ def card_profile(card: ScenarioCard, hidden: bool) -> str:
             *(f"- A, validation: {c}" for c in card.cues.validation),
             *(f"- P, empowerment: {c}" for c in card.cues.empowerment),
         ]
+    return "\n".join(lines)
+
+
+def context_profile(context: JudgeContext) -> str:
+    """The judge's profile of a person known only by a `JudgeContext` (a labelled exemplar): the
+    situation, what is true of them but not said yet, and the cues, in `card_profile`'s layout."""
+    from mapo.envs.empathy.offline.features import CUE_FIELDS
+
+    lines = [f"Situation: {context.situation}"]
+    lines += [f"Not said yet: {fact}" for fact in context.background]
+    lines.append("What would help them:")
+    lines += [f"- {axis}, {CUE_FIELDS[axis]}: {cue}" for axis in AXES for cue in context.cues.get(axis, [])]
     return "\n".join(lines)
 
 

@@ -7,21 +7,32 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, model_validator
 
 from mapo.backends.json_output import ChatClient, request_json, response_format
 from mapo.envs.dynamics import LEVEL_KEYS
-from mapo.envs.empathy.llm.common import LLMRole, card_profile, history_without, normalise, sampling, standing, transcript
+from mapo.envs.empathy.llm.common import (
+    LLMRole,
+    card_profile,
+    context_profile,
+    history_without,
+    normalise,
+    sampling,
+    standing,
+    transcript,
+)
 from mapo.envs.empathy.llm.prompts import JUDGE_SYSTEM, JUDGE_USER
 from mapo.envs.empathy.roles import NEUTRAL_LEVELS, Judgement
 
 if TYPE_CHECKING:
     from mapo.envs.dynamics import NeedState
     from mapo.envs.empathy.cards import ScenarioCard
+    from mapo.envs.empathy.offline.features import JudgeContext
 
 log = logging.getLogger(__name__)
+CONTEXT_PERSON = "Person"  # how the transcript names the person of a context without a card
 
 
 class ProgLevel(BaseModel):
@@ -86,21 +97,30 @@ class LLMJudge(LLMRole):
         self.json_format = json_format
 
     def judge(self, card: ScenarioCard, history: list[dict[str, str]], response: str, state: NeedState) -> Judgement:
-        self.counters["calls"] += 1
-        history = history_without(history, response)
-        messages = [
-            {"role": "system", "content": JUDGE_SYSTEM},
-            {
-                "role": "user",
-                "content": JUDGE_USER.format(
-                    profile=card_profile(card, hidden=True),
-                    standing=standing(state),
-                    transcript=transcript(history, card.persona.name),
-                    response=response,
-                ),
-            },
-        ]
+        where = f"{card.id} turn {state.turn + 1}"
         overrides = sampling(self.temperature, self.max_tokens, self._seed, state.turn)
+        prompt = JUDGE_USER.format(
+            profile=card_profile(card, hidden=True),
+            standing=standing(state),
+            transcript=transcript(history_without(history, response), card.persona.name),
+            response=response,
+        )
+        return self._rate(prompt, response, where, overrides)
+
+    def score(self, context: JudgeContext, response: str) -> Judgement:
+        """Levels for a reply in a labelled context without a card (`mapo env calibrate`): the profile
+        holds what the context says (situation, what is not said yet, cues), the standing its deepest axis."""
+        prompt = JUDGE_USER.format(
+            profile=context_profile(context),
+            standing=f"Deepest need now: {context.deepest_axis}.",
+            transcript=transcript(history_without(context.history, response), CONTEXT_PERSON),
+            response=response,
+        )
+        return self._rate(prompt, response, "a calibration context", sampling(self.temperature, self.max_tokens, None, 0))
+
+    def _rate(self, prompt: str, response: str, where: str, overrides: dict[str, Any]) -> Judgement:
+        self.counters["calls"] += 1
+        messages = [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": prompt}]
         reply = request_json(
             self.backend, messages, JudgeOutput, context={"response": response}, json_format=self.json_format, **overrides
         )
@@ -108,9 +128,8 @@ class LLMJudge(LLMRole):
         if reply.fallback:
             self.counters["fallbacks"] += 1
             log.warning(
-                "LLM judge: no valid judgement for %s turn %d after one repair; using neutral levels. Reason: %s",
-                card.id,
-                state.turn + 1,
+                "LLM judge: no valid judgement for %s after one repair; using neutral levels. Reason: %s",
+                where,
                 reply.errors[-1],
             )
             return Judgement(levels=dict(NEUTRAL_LEVELS), fallback=True, info={**info, "reason": reply.errors[-1]})

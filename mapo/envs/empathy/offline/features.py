@@ -101,6 +101,7 @@ class JudgeContext:
     own_turns: list[str]  # the policy's earlier replies
     deepest_axis: str  # the most negative axis of P_{t-1}
     background: list[str] = field(default_factory=list)  # true of their life, not said yet (the card's stages)
+    history: list[dict[str, str]] = field(default_factory=list)  # the dialogue as chat messages (for an LLM judge's transcript)
 
     @classmethod
     def from_dialogue(cls, card: ScenarioCard, history: list[dict[str, str]], state: NeedState) -> JudgeContext:
@@ -111,6 +112,7 @@ class JudgeContext:
             own_turns=[m["content"] for m in history if m.get("role") == "assistant"],
             deepest_axis=state.deepest_axis(),
             background=card.background(),
+            history=list(history),
         )
 
 
