@@ -190,12 +190,19 @@ def _parse_context(raw: Any, where: str, cards: dict[str, Any]) -> list[Exemplar
     return out
 
 
+SEALED = "SEALED"  # a file marking a subfolder as a blind set not read yet
+
+
 def load_exemplars(split: Split = "all", folder: str | Path | None = None) -> list[Exemplar]:
-    """All exemplars under `folder` and its subfolders (default: the bundled set), filtered by split."""
+    """All exemplars under `folder` and its subfolders (default: the bundled set), filtered by split.
+
+    A subfolder holding a `SEALED` file is a blind set kept for one planned reading: it is left
+    out unless it is the folder asked for, so `--split blind` cannot read it by accident."""
     if split not in (*SPLITS, "all"):
         raise ValueError(f"unknown split {split!r}; use one of {', '.join(SPLITS)} or 'all'")
     folder = Path(folder) if folder is not None else exemplar_dir()
-    files = sorted(folder.glob("**/*.yaml"))
+    sealed = [marker.parent for marker in folder.glob(f"**/{SEALED}") if marker.parent != folder]
+    files = sorted(f for f in folder.glob("**/*.yaml") if not any(f.is_relative_to(d) for d in sealed))
     if not files:
         raise ExemplarError(f"{folder}: no exemplar files (*.yaml)")
     from mapo.envs.empathy.cards import bundled_scenarios

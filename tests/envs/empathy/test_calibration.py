@@ -191,3 +191,22 @@ def test_offline_judge_on_what_trained_policies_say():
     assert len(paid) <= 0.6 * len(nonhelp), (len(paid), len(nonhelp))
     assert result["ranking"]["accuracy"] >= 0.68, result["ranking"]
 
+
+
+def test_a_sealed_blind_set_is_left_out_unless_asked_for_by_folder(tmp_path):
+    from mapo.envs.empathy.calibrate import SEALED, exemplar_dir, load_exemplars
+
+    sealed = exemplar_dir() / "blind8"
+    assert (sealed / SEALED).is_file()
+    assert not any(e.context_id.startswith("blind8-") for e in load_exemplars("all"))
+    assert len(load_exemplars("blind", sealed)) > 0  # counted, not scored: the set stays unread
+    # the rule itself, on a folder of our own
+    import shutil
+
+    shutil.copytree(exemplar_dir() / "blind7", tmp_path / "kept")
+    shutil.copytree(exemplar_dir() / "blind7", tmp_path / "later")
+    for f in (tmp_path / "later").glob("*.yaml"):
+        f.write_text(f.read_text(encoding="utf-8").replace("blind7-", "later-"), encoding="utf-8")
+    both = len(load_exemplars("blind", tmp_path))
+    (tmp_path / "later" / SEALED).write_text("sealed\n", encoding="utf-8")
+    assert len(load_exemplars("blind", tmp_path)) == both // 2
