@@ -117,3 +117,28 @@ class RunFolder:
     def latest_checkpoint(self) -> Path | None:
         found = self.list_checkpoints()
         return found[-1] if found else None
+
+
+def open_for_resume(resume: str | Path, overrides: Iterable[str] = ()) -> tuple[RunFolder, Any]:
+    """The run folder `--resume` names and its config.yaml with `overrides` applied (a TrainConfig)."""
+    from mapo.config import load_config
+
+    run = RunFolder(Path(resume))
+    if not (run.path / "config.yaml").is_file():
+        raise FileNotFoundError(f"--resume {resume}: not a run folder (no config.yaml)")
+    return run, load_config(run.path / "config.yaml", list(overrides))
+
+
+def restore_latest(run: RunFolder, config: Any, trainer: Any, logs_kept_without_checkpoint: int) -> None:
+    """Write the (possibly overridden) config back, drop half-written checkpoints, and load the
+    latest complete one into `trainer`; without one, drop the logs after step
+    `logs_kept_without_checkpoint` so the run starts over cleanly."""
+    from mapo.config import dump_config
+
+    dump_config(config, run.path / "config.yaml")
+    run.discard_partial_checkpoints()
+    checkpoint = run.latest_checkpoint()
+    if checkpoint is not None:
+        trainer.load_checkpoint(run, checkpoint)
+    else:
+        run.drop_logs_after(logs_kept_without_checkpoint)

@@ -51,7 +51,7 @@ from mapo.reliability import (
     role_metrics,
 )
 from mapo.rollout import rollout
-from mapo.run_folder import RunFolder, new_run_dir
+from mapo.run_folder import RunFolder, new_run_dir, open_for_resume, restore_latest
 from mapo.runtime import IDLE, choose_threads, read_trainer_state, seed_everything, step_seed, write_trainer_state
 from mapo.sft.chain import check_chain, sft_enabled, warm_start
 from mapo.tracking import Tracking, check_installed
@@ -362,18 +362,9 @@ def train(
     `<output_dir>/<name>-<timestamp>` folder.
     """
     if resume is not None:
-        run = RunFolder(Path(resume))
-        if not (run.path / "config.yaml").is_file():
-            raise FileNotFoundError(f"--resume {resume}: not a run folder (no config.yaml)")
-        config = load_config(run.path / "config.yaml", overrides)
+        run, config = open_for_resume(resume, overrides)
         trainer = Trainer(warm_start(config, run.path, show_progress))  # SFT stage skipped once it is complete
-        dump_config(config, run.path / "config.yaml")
-        run.discard_partial_checkpoints()
-        checkpoint = run.latest_checkpoint()
-        if checkpoint is not None:
-            trainer.load_checkpoint(run, checkpoint)
-        else:
-            run.drop_logs_after(0)
+        restore_latest(run, config, trainer, logs_kept_without_checkpoint=0)
     else:
         config = config or load_config(None, overrides)
         if sft_enabled(config):  # SFT first, in the run folder, then RL from its model (mapo.sft.chain)

@@ -34,7 +34,7 @@ from mapo.model_source import resolve_source
 from mapo.policy import Policy, load_policy
 from mapo.progress import progress_bar
 from mapo.reliability import TrainingInterrupted
-from mapo.run_folder import RunFolder, new_run_dir
+from mapo.run_folder import RunFolder, new_run_dir, open_for_resume, restore_latest
 from mapo.runtime import configure_threads, read_trainer_state, seed_everything, step_seed, write_trainer_state
 from mapo.sft.data import train_and_held_out
 from mapo.sft.loss import held_out_loss, summed_nll
@@ -252,18 +252,10 @@ def run_sft(
     `overrides`); otherwise `config` runs in `output` or `<output_dir>/<name>-sft-<timestamp>`.
     """
     if resume is not None:
-        run = RunFolder(Path(resume))
-        if not (run.path / "config.yaml").is_file():
-            raise FileNotFoundError(f"--resume {resume}: not a run folder (no config.yaml)")
-        config = load_config(run.path / "config.yaml", overrides)
+        run, config = open_for_resume(resume, overrides)
         trainer = SftTrainer(config)
-        dump_config(config, run.path / "config.yaml")
-        run.discard_partial_checkpoints()
-        checkpoint = run.latest_checkpoint()
-        if checkpoint is not None:
-            trainer.load_checkpoint(run, checkpoint)
-        else:
-            run.drop_logs_after(-1)  # nothing kept: the base model's held-out loss is measured again
+        # without a checkpoint nothing is kept: the base model's held-out loss is measured again
+        restore_latest(run, config, trainer, logs_kept_without_checkpoint=-1)
     else:
         config = config or load_config(None, overrides)
         trainer = SftTrainer(config)  # data and model first: a bad one leaves no folder behind
