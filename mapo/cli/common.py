@@ -61,6 +61,9 @@ EngineOpt = Annotated[
 ]
 LimitOpt = Annotated[Optional[int], typer.Option(help="Only the first N items (per task), after filtering.")]
 OutOpt = Annotated[Optional[Path], typer.Option("--output", help="Output folder (default: runs/<command>-<time>).")]
+ResumeOpt = Annotated[
+    Optional[Path], typer.Option("--resume", help="Continue RUN_DIR from its latest checkpoint (with its config.yaml).")
+]
 ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="YAML training config, or a bundled one by name (twenty-questions, troubleshooting); default: the embedded default run.")]
 SetOpt = Annotated[
     Optional[list[str]],

@@ -7,16 +7,14 @@ from typing import Annotated, Optional
 
 import typer
 
-from mapo.cli.common import ConfigOpt, SetOpt, app, fail, train_config
+from mapo.cli.common import ConfigOpt, ResumeOpt, SetOpt, app, fail, train_config
 
 
 @app.command()
 def train(
     config: ConfigOpt = None,
     set_: SetOpt = None,
-    resume: Annotated[
-        Optional[Path], typer.Option("--resume", help="Continue RUN_DIR from its latest checkpoint (with its config.yaml).")
-    ] = None,
+    resume: ResumeOpt = None,
     output: Annotated[
         Optional[Path], typer.Option("--output", help="Run folder to write (default: <output_dir>/<name>-<timestamp>).")
     ] = None,
