@@ -1,5 +1,6 @@
 """The ablation's training curves (curves.png): mean per-turn reward and pre-clip gradient norm per
-step for every variant, mean ± std over its seeds."""
+step for every variant, mean ± std over its seeds, and the training success rate where the
+environment reports one (the questioning game's `env_success_rate`)."""
 
 from __future__ import annotations
 
@@ -12,17 +13,25 @@ from mapo.ablate.state import run_metrics
 
 
 def curves(out: Path, plan: AblationPlan) -> dict[str, dict[str, list[list[float]]]]:
-    """{variant: {metric: [per-seed series]}} of reward_mean and grad_norm (pre-clip) per step."""
+    """{variant: {metric: [per-seed series]}} of reward_mean, grad_norm (pre-clip) and, where logged,
+    env_success_rate per step."""
     found: dict[str, dict[str, list[list[float]]]] = {}
     for unit, rows in run_metrics(out, plan).items():
-        entry = found.setdefault(unit.variant, {"reward_mean": [], "grad_norm": []})
-        for key in entry:
-            entry[key].append([float(m.get(key, float("nan"))) for m in rows])
+        keys = [k for k in PANELS if k != SUCCESS or (rows and SUCCESS in rows[0])]
+        entry = found.setdefault(unit.variant, {})
+        for key in keys:
+            entry.setdefault(key, []).append([float(m.get(key, float("nan"))) for m in rows])
     return found
 
 
+SUCCESS = "env_success_rate"
+PANELS = {"reward_mean": "mean per-turn reward", "grad_norm": "gradient norm before clipping",
+          SUCCESS: "training success rate (own rollouts)"}
+
+
 def plot_curves(series: dict[str, dict[str, list[list[float]]]], path: Path) -> Path | None:
-    """One figure, two panels: mean reward and pre-clip gradient norm per step, mean ± std over seeds."""
+    """One figure, a panel per metric (mean reward, pre-clip gradient norm, training success where
+    logged) per step, mean ± std over seeds."""
     if not series:
         return None
     import matplotlib
@@ -31,15 +40,15 @@ def plot_curves(series: dict[str, dict[str, list[list[float]]]], path: Path) -> 
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    figure, panels = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
-    titles = {"reward_mean": "mean per-turn reward", "grad_norm": "gradient norm before clipping"}
+    keys = [k for k in PANELS if any(k in metrics for metrics in series.values())]
+    figure, panels = plt.subplots(1, len(keys), figsize=(5.5 * len(keys), 4), constrained_layout=True)
     # ADR rewards (distances) are an order of magnitude larger than IDR's: their own axis, dashed
     absolute = {v for v in series if "reward.kind=adr" in VARIANTS.resolve(v).overrides}
     right = panels[0].twinx() if absolute else None
     handles = []
-    for axes_left, key in zip(panels, ("reward_mean", "grad_norm")):
+    for axes_left, key in zip(panels, keys):
         for index, (variant, metrics) in enumerate(series.items()):
-            runs = [r for r in metrics[key] if r]
+            runs = [r for r in metrics.get(key, []) if r]
             if not runs:
                 continue
             axes = right if key == "reward_mean" and variant in absolute else axes_left
@@ -55,7 +64,7 @@ def plot_curves(series: dict[str, dict[str, list[list[float]]]], path: Path) -> 
             if len(runs) > 1:
                 std = np.nanstd(stack, axis=0, ddof=1)
                 axes.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.15)
-        axes_left.set_title(titles[key])
+        axes_left.set_title(PANELS[key])
         axes_left.set_xlabel("training step")
         axes_left.xaxis.set_major_locator(MaxNLocator(integer=True))
         axes_left.grid(alpha=0.3)

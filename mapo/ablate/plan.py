@@ -275,13 +275,14 @@ def study_plan() -> AblationPlan:
 
 
 # The learning study on the exact game (issue #28): the bundled twenty-questions settings (pool
-# 8, 2 secrets x 8 dialogues a step, the game's 7-turn limit, one short question a reply),
-# started from a warm start given on the command line (`--set policy.model=<mapo sft output>`:
-# SmolLM2 does not play the game zero-shot); held-out on the 20 test secrets x 8 dialogues,
-# the optimal and random players beside every evaluation.
+# 8, 2 secrets x 8 dialogues a step, the game's 7-turn limit, one short question a reply) with
+# the still-possible candidates listed after each answer (`show_candidates`: SmolLM2-135M cannot
+# keep the answers in mind, docs/games.md), started from a warm start given on the command line
+# (`--set policy.model=<mapo sft output>`: SmolLM2 does not play the game zero-shot); held-out
+# on the 20 test secrets x 8 dialogues, the optimal and random players beside every evaluation.
 GAME_TRAIN = (
     "env.name=twenty-questions",
-    "env.options={pool_size: 8}",
+    "env.options={pool_size: 8, show_candidates: true}",
     "rollout.scenarios_per_step=2",
     "rollout.samples_per_scenario=8",
     "rollout.max_turns=7",
@@ -300,7 +301,7 @@ def game_plan() -> AblationPlan:
         seeds=[0, 1, 2, 3, 4],
         steps=30,
         train=list(GAME_TRAIN),
-        eval=EvalBudget(env="twenty-questions", env_options={"pool_size": 8}, scenarios="test", samples=8,
+        eval=EvalBudget(env="twenty-questions", env_options={"pool_size": 8, "show_candidates": True}, scenarios="test", samples=8,
                         max_turns=7, max_new_tokens=24, max_sentences=1),
         name="game",
     )

@@ -17,15 +17,18 @@ from mapo.ablate.excerpts import EXCERPT_TURNS, excerpt_tables, pick_dialogues, 
 from mapo.ablate.plan import AblationPlan
 from mapo.ablate.state import eval_dir, read_eval, read_transcripts, run_metrics
 from mapo.ablate.stats import (
+    GAME_METRICS,
     HACKING_METRICS,
     METRICS,
     PAIRED_REFERENCE,
+    SPEED_METRICS,
     TRAINING_METRICS,
     aggregate_rows,
     dialogue_metrics,
     eval_metrics,
     paired_dialogue_rows,
     paired_rows,
+    steps_to_half,
     training_metrics,
 )
 from mapo.ablate.tables import Table, dialogue_table, paired_table, summary_table
@@ -45,6 +48,7 @@ class Measured:
     benchmarks: dict[str, dict[str, float | None]]
     training: dict[str, dict[str, float | None]]
     seconds: dict[str, dict[str, float | None]]  # wall time per unit: training, eval, benchmarks
+    references: dict[str, Any] = dataclasses.field(default_factory=dict)  # reference players (the base eval's)
 
     def per_unit(self) -> dict[str, dict[str, float | None]]:
         """Every figure of each unit in one mapping (what the by-seed pairing reads)."""
@@ -61,15 +65,32 @@ def measure(out: Path, plan: AblationPlan) -> Measured:
             found.evals[name] = eval_metrics(result)
             found.dialogues[name] = dialogue_metrics(result, found.transcripts[name])
             found.seconds.setdefault(name, {})["eval_seconds"] = result["config"].get("seconds")
+            found.references = found.references or dict(result["summary"].get("references") or {})
         bench = read_bench_metrics(out, name, plan.benchmarks) if plan.benchmarks.targets else None
         if bench is not None:
             found.seconds.setdefault(name, {})["bench_seconds"] = bench.pop("bench_seconds")
             found.benchmarks[name] = bench
+    success: dict[str, list[float]] = {}  # an environment with a success figure per step (the game's)
     for unit, rows in run_metrics(out, plan).items():
         if rows:
             found.training[unit.name] = training_metrics(rows)
             found.seconds.setdefault(unit.name, {})["train_seconds"] = sum(float(m.get("step_time", 0.0)) for m in rows)
+            if "env_success_rate" in rows[0]:
+                success[unit.name] = [float(m.get("env_success_rate", 0.0)) for m in rows]
+    finals = {name: found.evals.get(name, {}).get("pass_rate") for name in success}
+    for name, steps in steps_to_half(success, finals, plan.steps, {u.name: u.variant for u in plan.units()}).items():
+        found.training[name]["steps_to_half"] = steps
     return found
+
+
+def _reference_note(references: dict[str, Any]) -> str:
+    """The reference players' figures on the same held-out games, as one sentence."""
+    parts = []
+    for name, found in sorted(references.items()):
+        figures = found.get("figures") or {}
+        bits = figures.get("bits_per_question")
+        parts.append(f"{name} success {100 * found['pass_rate']:.1f} %" + (f", {bits:.3f} bits per question" if bits is not None else ""))
+    return ("Reference players on the same held-out games: " + "; ".join(parts) + ".") if parts else ""
 
 
 def build_tables(plan: AblationPlan, measured: Measured) -> list[Table]:
@@ -91,6 +112,18 @@ def build_tables(plan: AblationPlan, measured: Measured) -> list[Table]:
         "last 3 − previous 3: the mean per-turn training reward of the last 3 steps minus that of the 3 before "
         "(near 0 once training has flattened; – under 6 steps). Replies cut: the share of training replies that hit "
         "the token cap (a long-horizon budget keeps it under 20 %)."))
+    game = any(m.get("bits_per_question") is not None for m in measured.evals.values())
+    if game:
+        tables.append(summary_table("Game figures on the held-out games: mean ± sample std over seeds",
+                                    aggregate_rows(measured.evals, plan, GAME_METRICS), GAME_METRICS,
+                                    _reference_note(measured.references)))
+        censored = sum(m.get("steps_to_half", 0) > plan.steps for m in measured.training.values())
+        tables.append(summary_table(
+            "Speed of learning: mean ± sample std over seeds", aggregate_rows(measured.training, plan, SPEED_METRICS),
+            SPEED_METRICS,
+            "The first step at which a run's training success (on its own rollouts, trailing mean over 3 steps) "
+            "reaches half the best variant's final held-out success (mean over its seeds). A run that never does "
+            f"counts as {plan.steps + 1} (a lower bound; {censored} run(s) here)."))
     tables.append(summary_table("Wall time per run on this machine (s): mean ± sample std over seeds",
                                 aggregate_rows(measured.seconds, plan, SECONDS), SECONDS))
     if ref not in plan.variants:
@@ -102,6 +135,8 @@ def build_tables(plan: AblationPlan, measured: Measured) -> list[Table]:
         (f"Paired by seed with {ref}: reward-hacking monitor", HACKING_METRICS, everyone),
         *([(f"Paired by seed with {ref}: outside benchmarks", BENCH_METRICS, {"base", *benched})]
           if measured.benchmarks and ref in benched else []),
+        *([(f"Paired by seed with {ref}: game figures", GAME_METRICS, everyone),
+           (f"Paired by seed with {ref}: speed of learning", SPEED_METRICS, set(plan.variants))] if game else []),
         (f"Paired by seed with {ref}: training", PAIRED_TRAINING, set(plan.variants)),
     ]
     for title, metrics, having in by_seed:

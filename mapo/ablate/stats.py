@@ -26,6 +26,12 @@ HACKING_METRICS = tuple(  # the reward-hacking monitor over the held-out replies
     (key, f"{label} ({'higher' if key in HACKING_HIGHER_IS_BETTER else 'lower'} is better)")
     for key, label in HACKING_LABELS.items()
 )
+GAME_METRICS = (  # an environment's own figures (eval.json summary.figures), where it has them: the game's
+    ("bits_per_question", "bits per question"),
+    ("repeat_rate", "repeated questions (share of turns)"),
+    ("invalid_rate", "invalid replies (share of turns)"),
+    ("wrong_guesses", "wrong guesses per game"),
+)
 DIALOGUE_METRICS = METRICS + HACKING_METRICS  # what one held-out dialogue has
 TRAINING_METRICS = (  # (key, column header): from each run's metrics.jsonl
     ("reward_first", "train reward, first 3 steps"),
@@ -36,7 +42,9 @@ TRAINING_METRICS = (  # (key, column header): from each run's metrics.jsonl
     ("grad_norm_max", "grad norm, largest step"),
     ("grad_norm_peak_ratio", "largest / median"),
 )
-LOWER_IS_BETTER = frozenset(HACKING_LABELS) - HACKING_HIGHER_IS_BETTER | {"truncated_pct"}
+SPEED_METRICS = (("steps_to_half", "steps to half the best final success"),)
+LOWER_IS_BETTER = frozenset(HACKING_LABELS) - HACKING_HIGHER_IS_BETTER | {
+    "truncated_pct", "repeat_rate", "invalid_rate", "wrong_guesses", "steps_to_half"}
 PAIRED_REFERENCE = "mapo-idr"
 
 
@@ -78,13 +86,41 @@ def eval_metrics(result: dict[str, Any]) -> dict[str, float | None]:
         if len(sample["distances"]) > 1
     ]
     hacking = summary.get("hacking") or {}
+    figures = summary.get("figures") or {}
     return {
         "pass_rate": 100.0 * summary["pass_rate"],
         "epmq": summary["epmq"]["epmq"] if summary.get("epmq") else None,
         "return": float(np.mean(returns)) if returns else None,
         "alignment": summary["alignment"]["target"],
         **{key: hacking.get(key) for key, _ in HACKING_METRICS},
+        **{key: figures.get(key) for key, _ in GAME_METRICS},
     }
+
+
+def steps_to_reach(series: Sequence[float], target: float, window: int = 3) -> int | None:
+    """The first step (1-based, at least `window`) at which the mean of `series` over the last
+    `window` steps reaches `target`; None if it never does. A trailing mean, so one lucky step of
+    a noisy on-policy success rate does not count as reaching it."""
+    for step in range(window, len(series) + 1):
+        if float(np.mean(series[step - window:step])) >= target:
+            return step
+    return None
+
+
+def steps_to_half(success: dict[str, Sequence[float]], final: dict[str, float | None], steps: int,
+                  variant_of: dict[str, str]) -> dict[str, float]:
+    """Per unit: the steps its training success (env_success_rate per step, 0-1) needs to reach half
+    the best variant's final held-out success (`final`: a unit's held-out success in %, averaged per
+    variant). A run that never reaches it counts as `steps` + 1 (censored: the figure is then a
+    lower bound, which is why the report says how many were). Empty when nothing was evaluated."""
+    by_variant: dict[str, list[float]] = {}
+    for unit, value in final.items():
+        if value is not None and unit in variant_of:
+            by_variant.setdefault(variant_of[unit], []).append(value)
+    if not by_variant:
+        return {}
+    target = 0.5 * max(float(np.mean(v)) for v in by_variant.values()) / 100.0
+    return {unit: float(steps_to_reach(series, target) or steps + 1) for unit, series in success.items()}
 
 
 def dialogue_key(scenario_id: str, sample_index: int) -> str:

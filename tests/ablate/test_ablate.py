@@ -30,7 +30,8 @@ from mapo.ablate import (
     training_state,
     unit_overrides,
 )
-from mapo.ablate.stats import HACKING_METRICS
+from mapo.ablate.report import write_outputs
+from mapo.ablate.stats import GAME_METRICS, HACKING_METRICS, steps_to_half, steps_to_reach
 from mapo.ablate.tables import dialogue_table
 from mapo.cli import app
 from mapo.config import load_config
@@ -172,7 +173,48 @@ def test_eval_metrics_reads_pass_rate_epmq_alignment_and_the_held_out_return():
     }
     metrics = eval_metrics(result)
     assert metrics == {"pass_rate": 25.0, "epmq": 42.0, "return": pytest.approx((3.0 - 0.5) / 2), "alignment": 0.1,
-                       **{key: None for key, _ in HACKING_METRICS}}  # an eval.json older than the monitor
+                       **{key: None for key, _ in HACKING_METRICS},  # an eval.json older than the monitor
+                       **{key: None for key, _ in GAME_METRICS}}  # an environment without figures of its own
+    result["summary"]["figures"] = {"bits_per_question": 0.5, "repeat_rate": 0.1, "invalid_rate": 0.0, "wrong_guesses": 0.25}
+    assert {k: eval_metrics(result)[k] for k, _ in GAME_METRICS} == result["summary"]["figures"]
+
+
+def test_steps_to_half_reads_a_trailing_mean_against_the_best_variants_final_success():
+    assert steps_to_reach([0.0, 1.0, 0.0, 0.0, 0.9, 0.9], 0.4) == 6  # step 2 alone is a lucky step: 1/3 < 0.4
+    assert steps_to_reach([0.0, 0.1], 0.5) is None
+    success = {"mapo-idr-s0": [0.0, 0.2, 0.4, 0.4], "grpo-idr-s0": [0.0, 0.0, 0.0, 0.1], "mapo-idr-s1": [0.3, 0.3, 0.3, 0.3]}
+    finals = {"mapo-idr-s0": 60.0, "mapo-idr-s1": 40.0, "grpo-idr-s0": 10.0}  # mapo's mean 50 % is the best: target 0.25
+    variant_of = {"mapo-idr-s0": "mapo-idr", "mapo-idr-s1": "mapo-idr", "grpo-idr-s0": "grpo-idr"}
+    assert steps_to_half(success, finals, 4, variant_of) == {"mapo-idr-s0": 4.0, "grpo-idr-s0": 5.0, "mapo-idr-s1": 3.0}
+    assert steps_to_half(success, {}, 4, variant_of) == {}
+
+
+def test_a_game_ablation_reports_game_figures_speed_and_a_success_curve(tmp_path):
+    plan = AblationPlan(variants=["mapo-idr", "grpo-idr"], seeds=[0, 1], steps=3, name="g")
+    finals = {"base": 10.0, "mapo-idr-s0": 50.0, "mapo-idr-s1": 30.0, "grpo-idr-s0": 20.0, "grpo-idr-s1": 10.0}
+    for name, success in finals.items():
+        folder = tmp_path / "evals" / name
+        folder.mkdir(parents=True)
+        summary = {"dialogues": 0, "pass_rate": success / 100, "epmq": None, "alignment": {"target": None},
+                   "figures": {"bits_per_question": success / 100, "repeat_rate": 0.0, "invalid_rate": 0.0, "wrong_guesses": 0.1}}
+        if name == "base":
+            summary["references"] = {"player:optimal": {"pass_rate": 1.0, "figures": {"bits_per_question": 0.984}}}
+        (folder / "eval.json").write_text(json.dumps({"summary": summary, "scenarios": [], "config": {"seconds": 1.0}}))
+        (folder / "transcripts.jsonl").write_text("")
+        if name != "base":
+            run = tmp_path / "runs" / name
+            run.mkdir(parents=True)
+            (run / "config.yaml").write_text("steps: 3\n")
+            rate = success / 100
+            (run / "metrics.jsonl").write_text("".join(
+                json.dumps({"step": k + 1, "reward_mean": 0.1, "grad_norm": 1.0, "env_success_rate": rate * k / 2}) + "\n"
+                for k in range(3)))
+    markdown = write_outputs(tmp_path, plan).read_text()
+    assert "Game figures on the held-out games" in markdown and "player:optimal success 100.0 %, 0.984 bits" in markdown
+    speed = json.loads((tmp_path / "ablation.json").read_text())["tables"]["Speed of learning: mean ± sample std over seeds"]
+    # target: half of mapo's 40 % = 0.2; mapo-s0 reaches it at step 3 (mean of 0, .25, .5), the others never (4)
+    assert [r["metrics"]["steps_to_half"]["values"] for r in speed] == [[3.0, 4.0], [4.0, 4.0]]
+    assert "Paired by seed with mapo-idr: speed of learning" in markdown and (tmp_path / "curves.png").stat().st_size > 0
 
 
 # ---------------------------------------------------------------- state on disk, skip and resume

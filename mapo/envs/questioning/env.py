@@ -14,11 +14,19 @@ work unchanged. The game ends "success" on the right guess, "failure" on a wrong
 the `wrong_guesses_allowed` (default 0: one guess, as in the parlour game), and "timeout" after
 `max_turns` replies (default 2 * ceil(log2(pool_size)) + 1: 7 turns at pool 8, where the
 optimal questioner needs about 4). A forgiven wrong guess takes the candidate out of the pool.
+The system prompt states the guessing rule in force.
+
+`show_candidates` (default off) ends each reply of a game still going with the candidates
+still consistent ("Still possible: horse, turtle."): the deduction is then done for the
+policy, which is left to choose questions that narrow the pool and to guess in time. A small
+model that cannot recall which candidates are alive or metal can learn that game; without
+the list it must keep every answer in mind (docs/games.md).
 Why one guess by default: with wrong guesses free, guessing down the list solves max_turns /
 pool_size of the games (7 of 8 at pool 8) without a single question, so "success" would not
 measure questioning; with one guess it solves 1 / pool_size.
 
-Options: pool_size (default 8), max_turns, solve_bits (1.0), wrong_guesses_allowed (0), pool_seed (0).
+Options: pool_size (default 8), max_turns, solve_bits (1.0), wrong_guesses_allowed (0), pool_seed (0),
+show_candidates (false).
 Scenarios (`env.scenarios`, `mapo eval --scenarios`): train | test | all of the bundled
 case set, or a case file `path.yaml` (all its secrets) or `path.yaml:train|test`.
 """
@@ -65,7 +73,7 @@ class QuestioningEnvironment:
     labels = ("Candidates", "Questions")
     system_prompt = (
         "We play twenty questions. I secretly picked one of the candidates. Ask one listed yes/no "
-        "question per reply. When you know it, reply Guess: <name>."
+        "question per reply. When you know it, reply Guess: <name>. You have one guess."
     )
     transcript_keys = TRANSCRIPT_KEYS
     reference_players = ("player:optimal", "player:random")
@@ -73,7 +81,7 @@ class QuestioningEnvironment:
     dialogue_summary = staticmethod(game_summary)
 
     def __init__(self, pool_size: int = 8, max_turns: int | None = None, solve_bits: float = 1.0,
-                 wrong_guesses_allowed: int = 0, pool_seed: int = 0) -> None:
+                 wrong_guesses_allowed: int = 0, pool_seed: int = 0, show_candidates: bool = False) -> None:
         if not isinstance(pool_size, int) or pool_size < 2:
             raise ValueError(f"{self.case_set}: pool_size must be an integer >= 2, got {pool_size!r}")
         if max_turns is not None and max_turns < 1:
@@ -82,7 +90,13 @@ class QuestioningEnvironment:
             raise ValueError(f"{self.case_set}: solve_bits must be > 0 (a right guess must pay more than a timeout), got {solve_bits}")
         if not isinstance(wrong_guesses_allowed, int) or wrong_guesses_allowed < 0:
             raise ValueError(f"{self.case_set}: wrong_guesses_allowed must be an integer >= 0, got {wrong_guesses_allowed!r}")
+        if not isinstance(show_candidates, bool):
+            raise ValueError(f"{self.case_set}: show_candidates must be true or false, got {show_candidates!r}")
         self.wrong_guesses_allowed = wrong_guesses_allowed
+        if wrong_guesses_allowed:  # the class's prompt states the default rule, one guess
+            self.system_prompt = self.system_prompt.replace(
+                "You have one guess.", f"You have {wrong_guesses_allowed + 1} guesses.")
+        self.show_candidates = show_candidates
         self.pool_size = pool_size
         self.max_turns = max_turns or default_max_turns(pool_size)
         self.solve_bits = float(solve_bits)
@@ -160,7 +174,10 @@ class QuestioningEnvironment:
             "distance": distance,
             "done_reason": self.done_reason,
         }
-        return StepResult(outcome.reply, (before - distance,), self.done_reason is not None, info)
+        reply = outcome.reply
+        if self.show_candidates and self.done_reason is None:
+            reply += f" Still possible: {', '.join(self.game.consistent())}."
+        return StepResult(reply, (before - distance,), self.done_reason is not None, info)
 
     @property
     def initial_state(self) -> tuple[float]:
@@ -181,5 +198,5 @@ class TroubleshootingEnvironment(QuestioningEnvironment):
     labels = ("Possible faults", "Checks")
     system_prompt = (
         "You are a support agent. The customer's device has one of the possible faults. Ask one "
-        "listed yes/no check per reply. When you know it, reply Guess: <fault>."
+        "listed yes/no check per reply. When you know it, reply Guess: <fault>. You have one guess."
     )

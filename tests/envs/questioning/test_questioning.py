@@ -350,3 +350,20 @@ def test_a_wrong_guess_ends_the_game_unless_forgiven():
     assert infos[-1]["done_reason"] == "failure" and infos[1]["done_reason"] is None
     with pytest.raises(ValueError, match="wrong_guesses_allowed"):
         make_environment(TQ, wrong_guesses_allowed=-1)
+    assert "You have one guess." in env.system_prompt
+    assert "You have 3 guesses." in make_environment(TQ, wrong_guesses_allowed=2).system_prompt
+
+
+def test_show_candidates_lists_what_is_still_consistent_and_players_still_read_it():
+    scenario = load_scenarios(TQ, "test")[0]
+    optimal = Player("optimal")
+    infos, _, conversation = play(TQ, scenario, lambda c: optimal.reply(c[1:]), show_candidates=True)
+    users = [m["content"] for m in conversation[3::2]]
+    for info, said in zip(infos[:-1], users[:-1]):  # every reply of a game still going lists the rest
+        left = said.partition(" Still possible: ")[2].removesuffix(".").split(", ")
+        assert len(left) == info["candidates_left"] and scenario.card["secret"] in left
+    assert infos[-1]["done_reason"] == "success" and "Still possible" not in users[-1]
+    plain, _, _ = play(TQ, scenario, lambda c: optimal.reply(c[1:]))
+    assert [i["kind"] for i in plain] == [i["kind"] for i in infos]  # the list changes what is said, not the game
+    with pytest.raises(ValueError, match="show_candidates"):
+        make_environment(TQ, show_candidates="yes")
