@@ -181,7 +181,8 @@ class AblationPlan:
             raise ValueError(f"steps must be at least 1, got {self.steps}")
 
     def units(self) -> list[Unit]:
-        return [Unit(v, s) for v in self.variants for s in self.seeds]
+        # seed-major: a study cut short has every variant at its first seeds, which is what pairs by seed
+        return [Unit(v, s) for s in self.seeds for v in self.variants]
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

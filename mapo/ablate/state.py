@@ -96,18 +96,24 @@ def read_bench(folder: Path) -> dict[str, Any] | None:
 
 
 def check_plan(out: Path, plan: AblationPlan) -> None:
-    """Write plan.json, or make sure the folder's existing plan is this one (a rerun resumes it)."""
+    """Write plan.json, or make sure the folder's existing plan is this one (a rerun resumes it) or
+    grows it: the same settings with more variants or seeds, so a study run first on a subset
+    (`--variant`, `--seeds`) is completed in the same folder and reported as one."""
     path = out / "plan.json"
     if path.is_file():
         # compared as plans, not text (a plan.json from before a field existed holds its default),
         # and without the name, a label: the same settings are the same plan
         saved = {**read_plan(out).to_dict(), "name": plan.name}
-        if saved != plan.to_dict():
+        if saved == plan.to_dict():
+            return
+        wanted = plan.to_dict()
+        grows = (set(saved["variants"]) <= set(wanted["variants"]) and set(saved["seeds"]) <= set(wanted["seeds"])
+                 and {**saved, "variants": None, "seeds": None} == {**wanted, "variants": None, "seeds": None})
+        if not grows:
             raise ValueError(
                 f"{out} holds an ablation with a different plan ({path}); rerun with the same options "
-                "to resume it, or choose a new --output"
+                "to resume it (more variants or seeds with the same settings grow it), or choose a new --output"
             )
-        return
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(plan.to_dict(), indent=2) + "\n", encoding="utf-8")
 

@@ -238,6 +238,14 @@ def test_a_folder_refuses_a_different_plan(tmp_path):
     check_plan(tmp_path, quick_plan())  # the same plan: fine (a rerun)
     with pytest.raises(ValueError, match="different plan"):
         check_plan(tmp_path, AblationPlan(variants=["mapo-idr"], seeds=[0], steps=1))
+    # the same settings with more variants and seeds grow the folder's plan; fewer do not
+    grown = quick_plan()
+    grown.variants, grown.seeds = [*grown.variants, "turn-idr"], [0, 1, 2]
+    check_plan(tmp_path, grown)
+    assert json.loads((tmp_path / "plan.json").read_text())["seeds"] == [0, 1, 2]
+    assert [u.name for u in grown.units()][:3] == ["mapo-idr-s0", "grpo-idr-s0", "turn-idr-s0"]  # seed-major
+    with pytest.raises(ValueError, match="different plan"):
+        check_plan(tmp_path, quick_plan())
 
 
 @pytest.mark.slow  # about 45 s on the shared 2-core machine: three tiny ablation passes with evals
