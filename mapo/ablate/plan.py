@@ -308,6 +308,34 @@ def game_plan() -> AblationPlan:
     )
 
 
+# Empathy from the warm start (issue #28, part 2): MAPO against GRPO from a `mapo sft` checkpoint
+# given on the command line (`--set policy.model=<sft output>/final`), 5 seeds, one scenario x 8
+# dialogues x 8 turns a step, the default run's whole replies, 30 steps; held-out as the study's
+# (12 test cards x 2 dialogues x 13 turns). About 2 CPU-hours a run here: a plan for a GPU.
+EMPATHY_WARM_TRAIN = (
+    "rollout.scenarios_per_step=1",
+    "rollout.samples_per_scenario=8",
+    "rollout.max_turns=8",
+    "rollout.max_new_tokens=96",
+    "rollout.max_sentences=3",
+    "optim.micro_batch_tokens=1024",
+    "checkpoint_every=2",
+    "transcripts_every=5",
+)
+
+
+def empathy_warm_plan() -> AblationPlan:
+    """MAPO against GRPO on IDR, 5 seeds, from a supervised warm start on the empathy task."""
+    return AblationPlan(
+        variants=["mapo-idr", "grpo-idr"],
+        seeds=[0, 1, 2, 3, 4],
+        steps=30,
+        train=list(EMPATHY_WARM_TRAIN),
+        eval=EvalBudget(scenarios="test", samples=2, max_turns=13, max_new_tokens=96, max_sentences=3),
+        name="empathy-warm",
+    )
+
+
 # Named plans for `mapo ablate --plan NAME`: a factory returning a fresh AblationPlan. Plug-ins:
 # `PLANS.add`, an entry point of group "mapo.ablation_plans", or a "package.module:factory" path.
 PLANS: Registry[Callable[[], AblationPlan]] = Registry("ablation plan", group="mapo.ablation_plans")
@@ -315,6 +343,7 @@ PLANS.add("default", AblationPlan)
 PLANS.add("quick", quick_plan)
 PLANS.add("study", study_plan)
 PLANS.add("game", game_plan)
+PLANS.add("empathy-warm", empathy_warm_plan)
 
 
 PLAN_SECTIONS = ("eval", "benchmarks")  # `--set eval.samples=1`, `--set benchmarks.limit=10` change the plan

@@ -58,7 +58,11 @@ def test_the_study_plan_trains_long_whole_replies_on_one_budget_and_evaluates_th
 
 
 def test_plans_are_named_in_a_registry_a_user_can_extend():
-    assert {"default", "quick", "study"} <= set(PLANS.names())
+    assert {"default", "quick", "study", "game", "empathy-warm"} <= set(PLANS.names())
+    game, warm = plan_for("game"), plan_for("empathy-warm")
+    assert "env.options={pool_size: 8, show_candidates: true}" in game.train and game.eval.env_options["show_candidates"]
+    assert warm.variants == ["mapo-idr", "grpo-idr"] and len(warm.seeds) == 5 and warm.steps >= 30
+    assert "rollout.samples_per_scenario=8" in warm.train and "rollout.max_turns=8" in warm.train
     assert plan_for("default") == AblationPlan() and not plan_for("default").benchmarks.targets
     assert plan_for("quick").steps == 2 and not plan_for("quick").benchmarks.targets
     PLANS.add("tiny-test-plan", lambda: AblationPlan(variants=["mapo-idr"], seeds=[7], steps=1))
