@@ -45,6 +45,13 @@ class Precision:
             return f"{weights} ({self.reason})"
         return f"{str(self.compute).removeprefix('torch.')} autocast over {weights} weights ({self.reason})"
 
+    @property
+    def name(self) -> str:
+        """The `policy.dtype` value that gives exactly this precision (what `auto` chose, pinned)."""
+        if self.compute is not None:
+            return MIXED
+        return next(name for name, dtype in DTYPES.items() if dtype == self.weights)
+
 
 def cpu_flags(path: Path = Path("/proc/cpuinfo")) -> set[str]:
     """The CPU feature flags the kernel reports (empty where there is no /proc/cpuinfo)."""

@@ -375,5 +375,8 @@ def train(
         else:
             trainer = Trainer(config)  # loads model, scenarios, env first: a bad one leaves no folder behind
             run = RunFolder(Path(output) if output is not None else new_run_dir(config.output_dir, config.name))
-            dump_config(config, run.path / "config.yaml")
+        # `auto` is pinned to what it chose here (a timing decides it on a CPU), so a resume, on this
+        # machine or another, continues in the precision the run started in
+        config.policy.dtype = resolve_precision(config.policy.dtype, trainer.policy.device).name
+        dump_config(config, run.path / "config.yaml")
     return trainer.train(run, show_progress=show_progress)

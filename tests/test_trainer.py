@@ -207,7 +207,9 @@ def test_mapo_train_end_to_end_writes_the_run_folder(tmp_path):
     assert summary[2].startswith("monitor: ")
     assert summary[3:5] == [f"Run folder: {out}", f"Report: {out}/report.html"]
     assert summary[5].startswith(f"Next: mapo eval --model {out} ") and "mapo compare" in summary[5]
-    assert load_config(out / "config.yaml").env.name == ENV
+    saved = load_config(out / "config.yaml")
+    assert saved.env.name == ENV
+    assert saved.policy.dtype in ("float32", "bf16-mixed", "bfloat16")  # `auto` pinned to what it chose
     metrics = RunFolder(out).read_metrics()
     assert [m["step"] for m in metrics] == [1, 2, 3]
     for key in (
