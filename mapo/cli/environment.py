@@ -110,7 +110,7 @@ def env_train_judge(
         Optional[list[str]], typer.Option("--exclude", help="Writer units to leave out, e.g. blind7 (a blind set) or a split (repeatable).")
     ] = None,
     epochs: Annotated[int, typer.Option(help="Passes over the training replies.")] = 4,
-    layers: Annotated[int, typer.Option(help="Top encoder layers fine-tuned (the rest stay as shipped).")] = 2,
+    layers: Annotated[int, typer.Option(help="Top encoder layers fine-tuned (the rest stay as shipped).")] = 1,
     max_length: Annotated[int, typer.Option(help="Tokens of (context, reply) read.")] = 256,
     seed: Annotated[int, typer.Option(help="Seed of the heads' initialisation, dropout and batch order.")] = 0,
     threads: Annotated[int, typer.Option(help="CPU threads for torch.")] = 1,

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mapo.envs.dynamics import LEVEL_KEYS
-from mapo.envs.empathy.learned.model import JudgeFolderError, levels_from_logits, load, pair_text, tokenize
+from mapo.envs.empathy.learned.model import CrossEncoderConfig, JudgeFolderError, levels_from_logits, load, pair_text, tokenize
 from mapo.envs.empathy.offline.features import JudgeContext
 from mapo.envs.empathy.offline.judge import OfflineJudge
 from mapo.envs.empathy.roles import NEUTRAL_LEVELS, Judgement
@@ -36,12 +36,21 @@ class LearnedJudge:
             raise JudgeFolderError(
                 "learned judge: needs the option path=DIR, a folder made by `mapo env train-judge --out DIR`"
             )
-        self.path = Path(path)
-        self.tokenizer, self.model, self.config = load(self.path, embeddings.model_dir())
         if not isinstance(degenerate_gate, bool):
             raise ValueError(f"learned judge: degenerate_gate must be true or false, got {degenerate_gate!r}")
+        self.path = Path(path)
+        self.tokenizer, self.model, self.config = load(self.path, embeddings.model_dir())
         self.gate = OfflineJudge() if degenerate_gate else None
         self._logits: dict[tuple[str, str], Any] = {}
+
+    @classmethod
+    def from_model(cls, tokenizer: Any, model: Any, config: CrossEncoderConfig, degenerate_gate: bool = True) -> LearnedJudge:
+        """A judge over a model trained in this process (leave-one-writer-out folds), no folder."""
+        judge = cls.__new__(cls)
+        judge.path, judge.tokenizer, judge.model, judge.config = None, tokenizer, model.eval(), config
+        judge.gate = OfflineJudge() if degenerate_gate else None
+        judge._logits = {}
+        return judge
 
     def reset(self, card: ScenarioCard, seed: int | None = None) -> None:
         """Stateless: nothing to reset (the history carries the earlier turns)."""

@@ -39,7 +39,7 @@ class JudgeFolderError(ValueError):
 class CrossEncoderConfig:
     """What a trained folder needs to rebuild its model (and what it was trained on, for the record)."""
 
-    trained_layers: int = 2
+    trained_layers: int = 1
     max_length: int = 256
     base_fingerprint: str = ""  # sha256 of the base model's config + weights file names and sizes
     seed: int = 0
@@ -140,7 +140,8 @@ def save(folder: Path, model: Any, config: CrossEncoderConfig) -> None:
     import torch
 
     folder.mkdir(parents=True, exist_ok=True)
-    torch.save(model.trainable_state(), folder / WEIGHTS_FILE)
+    # half precision: one trained layer and the heads stay under 4 MB; loading casts back to float32
+    torch.save({k: v.half() for k, v in model.trainable_state().items()}, folder / WEIGHTS_FILE)
     (folder / CONFIG_FILE).write_text(json.dumps({"format": FORMAT, **asdict(config)}, indent=2) + "\n", encoding="utf-8")
 
 

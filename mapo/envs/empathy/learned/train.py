@@ -32,7 +32,7 @@ ENCODE_BATCH = 32
 
 @dataclass
 class TrainOptions:
-    trained_layers: int = 2
+    trained_layers: int = 1
     epochs: int = 4
     max_length: int = 256
     seed: int = 0

@@ -1,0 +1,74 @@
+"""Leave-one-writer-out for the learned judge on blind sets 3-7 (issue #30).
+
+For each writer unit (one blind set: one writer per set, per the files' headers) train the
+cross-encoder on every other training reply (calibration, heldout, adversarial and the other
+blind sets; sealed sets are never loaded), then score the unit with `calibrate.evaluate`
+(pairwise ranking accuracy, a tie counts as wrong) beside the offline judge's rules on the
+same unit. The frozen layers' states are computed once and shared by the folds.
+
+    PYTHONPATH=. HF_HUB_OFFLINE=1 python experiments/learned_judge/lowo.py [--epochs 4 --layers 1]
+
+Writes experiments/learned_judge/lowo.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from mapo.envs.empathy.calibrate import evaluate, first_contexts
+from mapo.envs.empathy.learned.judge import LearnedJudge
+from mapo.envs.empathy.learned.train import BottomCache, TrainOptions, train, training_exemplars, writer_unit
+from mapo.envs.empathy.offline.judge import OfflineJudge
+
+UNITS = ("blind3", "blind4", "blind5", "blind6", "blind7")
+
+
+def _summary(result: dict) -> dict:
+    fam = result["families"]
+    degenerate = [p for p in result["predictions"] if p["family"]]
+    return {
+        "accuracy": result["ranking"]["accuracy"],
+        "pairs": result["ranking"]["pairs"],
+        "correct": result["ranking"]["correct"],
+        "exact": {k: round(v["exact"], 3) for k, v in result["per_level"].items()},
+        "degenerate": len(degenerate),
+        "degenerate_no_progress": sum(round(f["no_progress"] * f["replies"]) for f in fam.values()),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--layers", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--units", nargs="+", default=list(UNITS))
+    parser.add_argument("--limit", type=int, default=None, help="first N training contexts only (a smoke run)")
+    parser.add_argument("--out", default=str(Path(__file__).with_name("lowo.json")))
+    args = parser.parse_args()
+    options = TrainOptions(trained_layers=args.layers, epochs=args.epochs, seed=args.seed)
+    pool = training_exemplars()
+    cache = BottomCache(options.max_length)
+    rules = OfflineJudge()
+    folds = {}
+    for unit in args.units:
+        held = [e for e in pool if writer_unit(e) == unit]
+        train_on = first_contexts([e for e in pool if writer_unit(e) != unit], args.limit)
+        started = time.perf_counter()
+        tokenizer, model, config, summary = train(train_on, options, cache=cache)
+        fold = {"train": summary, "seconds": round(time.perf_counter() - started, 1)}
+        fold["rules"] = _summary(evaluate(rules, held))
+        fold["learned"] = _summary(evaluate(LearnedJudge.from_model(tokenizer, model, config, degenerate_gate=False), held))
+        fold["learned+gate"] = _summary(evaluate(LearnedJudge.from_model(tokenizer, model, config, degenerate_gate=True), held))
+        folds[unit] = fold
+        print(unit, json.dumps({k: fold[k]["accuracy"] for k in ("rules", "learned", "learned+gate")}), flush=True)
+        Path(args.out).write_text(json.dumps({"options": vars(args), "folds": folds}, indent=2) + "\n", encoding="utf-8")
+    means = {m: sum(f[m]["accuracy"] for f in folds.values()) / len(folds) for m in ("rules", "learned", "learned+gate")}
+    Path(args.out).write_text(json.dumps({"options": vars(args), "folds": folds, "mean": means}, indent=2) + "\n", encoding="utf-8")
+    print("mean", json.dumps(means))
+
+
+if __name__ == "__main__":
+    main()
