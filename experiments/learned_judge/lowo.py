@@ -26,7 +26,24 @@ from mapo.envs.empathy.offline.judge import OfflineJudge
 UNITS = ("blind3", "blind4", "blind5", "blind6", "blind7")
 
 
-def _summary(result: dict) -> dict:
+def _ties(result: dict, held: list) -> int:
+    """Ranked pairs (labelled projections differ) whose judged projections are equal: counted wrong."""
+    import itertools
+
+    import numpy as np
+
+    from mapo.envs.dynamics import levels_to_vector
+
+    proj = [
+        (e.context_id, float(np.dot(levels_to_vector(e.expected), e.target)), float(np.dot(levels_to_vector(p["judged"]), e.target)))
+        for e, p in zip(held, result["predictions"])
+    ]
+    return sum(
+        a[0] == b[0] and a[1] != b[1] and a[2] == b[2] for a, b in itertools.combinations(proj, 2)
+    )
+
+
+def _summary(result: dict, held: list) -> dict:
     fam = result["families"]
     degenerate = [p for p in result["predictions"] if p["family"]]
     return {
@@ -34,6 +51,7 @@ def _summary(result: dict) -> dict:
         "pairs": result["ranking"]["pairs"],
         "correct": result["ranking"]["correct"],
         "exact": {k: round(v["exact"], 3) for k, v in result["per_level"].items()},
+        "ties": _ties(result, held),
         "degenerate": len(degenerate),
         "degenerate_no_progress": sum(round(f["no_progress"] * f["replies"]) for f in fam.values()),
     }
@@ -59,9 +77,9 @@ def main() -> None:
         started = time.perf_counter()
         tokenizer, model, config, summary = train(train_on, options, cache=cache)
         fold = {"train": summary, "seconds": round(time.perf_counter() - started, 1)}
-        fold["rules"] = _summary(evaluate(rules, held))
-        fold["learned"] = _summary(evaluate(LearnedJudge.from_model(tokenizer, model, config, degenerate_gate=False), held))
-        fold["learned+gate"] = _summary(evaluate(LearnedJudge.from_model(tokenizer, model, config, degenerate_gate=True), held))
+        fold["rules"] = _summary(evaluate(rules, held), held)
+        fold["learned"] = _summary(evaluate(LearnedJudge.from_model(tokenizer, model, config, degenerate_gate=False), held), held)
+        fold["learned+gate"] = _summary(evaluate(LearnedJudge.from_model(tokenizer, model, config, degenerate_gate=True), held), held)
         folds[unit] = fold
         print(unit, json.dumps({k: fold[k]["accuracy"] for k in ("rules", "learned", "learned+gate")}), flush=True)
         Path(args.out).write_text(json.dumps({"options": vars(args), "folds": folds}, indent=2) + "\n", encoding="utf-8")

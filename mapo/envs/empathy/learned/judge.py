@@ -9,11 +9,14 @@ Evidence names the head's probability; `info` carries each key's probabilities a
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mapo.envs.dynamics import LEVEL_KEYS
-from mapo.envs.empathy.learned.model import CrossEncoderConfig, JudgeFolderError, levels_from_logits, load, pair_text, tokenize
+from mapo.envs.empathy.learned.model import (
+    WEIGHTS_FILE, CrossEncoderConfig, JudgeFolderError, levels_from_logits, load, pair_text, tokenize,
+)
 from mapo.envs.empathy.offline.features import JudgeContext
 from mapo.envs.empathy.offline.judge import OfflineJudge
 from mapo.envs.empathy.roles import NEUTRAL_LEVELS, Judgement
@@ -24,6 +27,19 @@ if TYPE_CHECKING:
 
 BATCH = 16
 CACHE_SIZE = 4096
+# One loaded model per folder per process: the environment makes a judge per trajectory.
+_MODELS: dict[tuple[str, float], tuple[Any, Any, CrossEncoderConfig]] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def _loaded(folder: Path, base: Path) -> tuple[Any, Any, CrossEncoderConfig]:
+    """`model.load`, once per folder (and per version of its weights file) in this process."""
+    weights = folder / WEIGHTS_FILE
+    key = (str(folder.resolve()), weights.stat().st_mtime if weights.is_file() else -1.0)
+    with _MODELS_LOCK:
+        if key not in _MODELS:
+            _MODELS[key] = load(folder, base)
+        return _MODELS[key]
 
 
 class LearnedJudge:
@@ -39,7 +55,7 @@ class LearnedJudge:
         if not isinstance(degenerate_gate, bool):
             raise ValueError(f"learned judge: degenerate_gate must be true or false, got {degenerate_gate!r}")
         self.path = Path(path)
-        self.tokenizer, self.model, self.config = load(self.path, embeddings.model_dir())
+        self.tokenizer, self.model, self.config = _loaded(self.path, embeddings.model_dir())
         self.gate = OfflineJudge() if degenerate_gate else None
         self._logits: dict[tuple[str, str], Any] = {}
 
