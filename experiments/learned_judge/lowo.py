@@ -18,6 +18,7 @@ import json
 import time
 from pathlib import Path
 
+from mapo.envs.dynamics import LEVEL_KEYS
 from mapo.envs.empathy.calibrate import evaluate, first_contexts
 from mapo.envs.empathy.learned.judge import LearnedJudge
 from mapo.envs.empathy.learned.train import BottomCache, TrainOptions, train, training_exemplars, writer_unit
@@ -57,6 +58,34 @@ def _summary(result: dict, held: list) -> dict:
     }
 
 
+VARIANTS = {  # name -> LearnedJudge options; the kind's defaults are degenerate_gate=True, decode=argmax
+    "learned": {"degenerate_gate": False, "decode": "argmax"},
+    "learned+gate": {"degenerate_gate": True, "decode": "argmax"},
+    "rounded": {"degenerate_gate": False, "decode": "rounded"},
+    "rounded+gate": {"degenerate_gate": True, "decode": "rounded"},
+}
+
+
+def ev_accuracy(judge: LearnedJudge, held: list) -> float:
+    """Pairwise accuracy of the continuous E[v] . v*_0 under the heads' probabilities: not a judge
+    the environment can use (it takes integer levels), a measure of what the rounding to levels costs."""
+    import itertools
+
+    import numpy as np
+
+    from mapo.envs.dynamics import levels_to_vector
+    from mapo.envs.empathy.learned.train import _value_table
+
+    table = _value_table()
+    rows = []
+    for e in held:
+        probs = np.asarray([judge.score(e.context, e.response).info["probabilities"][k] for k in LEVEL_KEYS])
+        rows.append((e.context_id, float(np.dot(levels_to_vector(e.expected), e.target)),
+                     float(np.einsum("km,kma->a", probs, table) @ e.target)))
+    pairs = [(a, b) for a, b in itertools.combinations(rows, 2) if a[0] == b[0] and a[1] != b[1]]
+    return sum((a[1] - b[1]) * (a[2] - b[2]) > 0 for a, b in pairs) / len(pairs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=4)
@@ -70,20 +99,23 @@ def main() -> None:
     pool = training_exemplars()
     cache = BottomCache(options.max_length)
     rules = OfflineJudge()
-    folds = {}
+    folds: dict[str, dict] = {}
+    methods = ["rules", *VARIANTS]
     for unit in args.units:
         held = [e for e in pool if writer_unit(e) == unit]
         train_on = first_contexts([e for e in pool if writer_unit(e) != unit], args.limit)
         started = time.perf_counter()
         tokenizer, model, config, summary = train(train_on, options, cache=cache)
-        fold = {"train": summary, "seconds": round(time.perf_counter() - started, 1)}
-        fold["rules"] = _summary(evaluate(rules, held), held)
-        fold["learned"] = _summary(evaluate(LearnedJudge.from_model(tokenizer, model, config, degenerate_gate=False), held), held)
-        fold["learned+gate"] = _summary(evaluate(LearnedJudge.from_model(tokenizer, model, config, degenerate_gate=True), held), held)
+        fold: dict = {"train": summary, "rules": _summary(evaluate(rules, held), held)}
+        for name, kw in VARIANTS.items():
+            fold[name] = _summary(evaluate(LearnedJudge.from_model(tokenizer, model, config, **kw), held), held)
+        fold["ev_accuracy"] = ev_accuracy(LearnedJudge.from_model(tokenizer, model, config, degenerate_gate=False), held)
+        fold["seconds"] = round(time.perf_counter() - started, 1)
         folds[unit] = fold
-        print(unit, json.dumps({k: fold[k]["accuracy"] for k in ("rules", "learned", "learned+gate")}), flush=True)
+        print(unit, json.dumps({m: round(fold[m]["accuracy"], 3) for m in methods}), "ev", round(fold["ev_accuracy"], 3), flush=True)
         Path(args.out).write_text(json.dumps({"options": vars(args), "folds": folds}, indent=2) + "\n", encoding="utf-8")
-    means = {m: sum(f[m]["accuracy"] for f in folds.values()) / len(folds) for m in ("rules", "learned", "learned+gate")}
+    means = {m: sum(f[m]["accuracy"] for f in folds.values()) / len(folds) for m in methods}
+    means["ev_accuracy"] = sum(f["ev_accuracy"] for f in folds.values()) / len(folds)
     Path(args.out).write_text(json.dumps({"options": vars(args), "folds": folds, "mean": means}, indent=2) + "\n", encoding="utf-8")
     print("mean", json.dumps(means))
 

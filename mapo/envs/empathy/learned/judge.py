@@ -1,6 +1,7 @@
 """The learned judge kind (`judge: learned`, option `path`: a folder from `mapo env train-judge`).
 
-The six levels are the cross-encoder's argmax per level key (`model.py`). With
+The six levels are the cross-encoder's most probable magnitude per level key (`decode: argmax`)
+or its expected magnitude rounded (`decode: rounded`; `model.py`). With
 `degenerate_gate` (the default) a reply the offline judge's detectors call degenerate (word
 salad, loop, role swap, ...) keeps the offline judge's levels instead: those detectors were
 written and checked against the failure families, and a reward must never pay such text.
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from mapo.envs.dynamics import LEVEL_KEYS
 from mapo.envs.empathy.learned.model import (
-    WEIGHTS_FILE, CrossEncoderConfig, JudgeFolderError, levels_from_logits, load, pair_text, tokenize,
+    WEIGHTS_FILE, CrossEncoderConfig, JudgeFolderError, DECODERS, levels_from_probabilities, load, pair_text, tokenize,
 )
 from mapo.envs.empathy.offline.features import JudgeContext
 from mapo.envs.empathy.offline.judge import OfflineJudge
@@ -45,7 +46,7 @@ def _loaded(folder: Path, base: Path) -> tuple[Any, Any, CrossEncoderConfig]:
 class LearnedJudge:
     """A fine-tuned cross-encoder over (context, reply); see the module docstring."""
 
-    def __init__(self, path: str | Path | None = None, degenerate_gate: bool = True) -> None:
+    def __init__(self, path: str | Path | None = None, degenerate_gate: bool = True, decode: str = "argmax") -> None:
         from mapo.envs import embeddings
 
         if path is None or not str(path).strip():
@@ -54,16 +55,20 @@ class LearnedJudge:
             )
         if not isinstance(degenerate_gate, bool):
             raise ValueError(f"learned judge: degenerate_gate must be true or false, got {degenerate_gate!r}")
-        self.path = Path(path)
+        if decode not in DECODERS:
+            raise ValueError(f"learned judge: decode must be one of {', '.join(DECODERS)}, got {decode!r}")
+        self.path, self.decode = Path(path), decode
         self.tokenizer, self.model, self.config = _loaded(self.path, embeddings.model_dir())
         self.gate = OfflineJudge() if degenerate_gate else None
         self._logits: dict[tuple[str, str], Any] = {}
 
     @classmethod
-    def from_model(cls, tokenizer: Any, model: Any, config: CrossEncoderConfig, degenerate_gate: bool = True) -> LearnedJudge:
+    def from_model(
+        cls, tokenizer: Any, model: Any, config: CrossEncoderConfig, degenerate_gate: bool = True, decode: str = "argmax"
+    ) -> LearnedJudge:
         """A judge over a model trained in this process (leave-one-writer-out folds), no folder."""
         judge = cls.__new__(cls)
-        judge.path, judge.tokenizer, judge.model, judge.config = None, tokenizer, model.eval(), config
+        judge.path, judge.decode, judge.tokenizer, judge.model, judge.config = None, decode, tokenizer, model.eval(), config
         judge.gate = OfflineJudge() if degenerate_gate else None
         judge._logits = {}
         return judge
@@ -92,9 +97,8 @@ class LearnedJudge:
                 return Judgement(levels=rules.levels, evidence=rules.evidence, info={**rules.info, "gated": sorted(degenerate)})
         pair = pair_text(context, response)
         self._run([pair])
-        logits = self._logits[pair]
-        levels = levels_from_logits(logits.unsqueeze(0))[0]
-        probs = logits.softmax(-1)
+        probs = self._logits[pair].softmax(-1)
+        levels = levels_from_probabilities(probs.unsqueeze(0), self.decode)[0]
         evidence = {
             key: f"learned head: p={float(probs[k, abs(levels[key])]):.2f}" for k, key in enumerate(LEVEL_KEYS) if levels[key]
         }

@@ -127,12 +127,23 @@ def tokenize(tokenizer: Any, pairs: list[tuple[str, str]], max_length: int) -> d
     )
 
 
-def levels_from_logits(logits: Any) -> list[dict[str, int]]:
-    """Argmax magnitude per level key, signed: the judge's integer levels."""
-    magnitudes = logits.argmax(-1).tolist()
+DECODERS = ("argmax", "rounded")
+
+
+def levels_from_probabilities(probs: Any, decode: str = "argmax") -> list[dict[str, int]]:
+    """The judge's integer levels from the heads' probabilities (n, 6, 3): per level key the most
+    probable magnitude (`argmax`) or the expected magnitude rounded (`rounded`), signed."""
+    import torch
+
+    if decode == "argmax":
+        magnitudes = probs.argmax(-1)
+    elif decode == "rounded":
+        magnitudes = torch.round((probs * torch.arange(3, dtype=probs.dtype)).sum(-1)).long()
+    else:
+        raise ValueError(f"learned judge: decode must be one of {', '.join(DECODERS)}, got {decode!r}")
     return [
         {key: -m if key in NEG_KEYS else m for key, m in zip(LEVEL_KEYS, row)}
-        for row in magnitudes
+        for row in magnitudes.tolist()
     ]
 
 
