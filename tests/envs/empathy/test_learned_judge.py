@@ -45,9 +45,10 @@ def test_training_writes_a_small_folder_and_is_deterministic_by_seed(judge_folde
     assert any(k.startswith("heads.") for k in first) and not any(".layer.0." in k for k in first)
 
 
-def test_the_learned_kind_returns_the_judge_contract(judge_folder, replies):
+@pytest.mark.parametrize("decode", ["argmax", "rounded"])
+def test_the_learned_kind_returns_the_judge_contract(judge_folder, replies, decode):
     assert "learned" in ROLES["judge"].names()
-    judge = make_role("judge", {"kind": "learned", "path": str(judge_folder), "degenerate_gate": False})
+    judge = make_role("judge", {"kind": "learned", "path": str(judge_folder), "degenerate_gate": False, "decode": decode})
     judge.prime([(e.context, e.response) for e in replies[:6]])
     for e in replies[:6]:
         judgement = judge.score(e.context, e.response)
@@ -78,6 +79,8 @@ def test_calibrate_cli_scores_the_learned_kind(judge_folder, tmp_path):
 def test_a_missing_or_broken_folder_is_named(judge_folder, tmp_path):
     with pytest.raises(ValueError, match="needs the option path=DIR"):
         make_role("judge", "learned")
+    with pytest.raises(ValueError, match="decode must be one of argmax, rounded, got 'mean'"):
+        make_role("judge", {"kind": "learned", "path": str(judge_folder), "decode": "mean"})
     with pytest.raises(ValueError, match=f"{tmp_path / 'nowhere'} is not a folder"):
         make_role("judge", {"kind": "learned", "path": str(tmp_path / "nowhere")})
     broken = tmp_path / "broken"
