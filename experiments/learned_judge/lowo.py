@@ -21,6 +21,7 @@ from pathlib import Path
 from mapo.envs.dynamics import LEVEL_KEYS
 from mapo.envs.empathy.calibrate import evaluate, first_contexts
 from mapo.envs.empathy.learned.judge import LearnedJudge
+from mapo.envs.empathy.learned.model import save
 from mapo.envs.empathy.learned.train import BottomCache, TrainOptions, train, training_exemplars, writer_unit
 from mapo.envs.empathy.offline.judge import OfflineJudge
 
@@ -74,9 +75,9 @@ def ev_accuracy(judge: LearnedJudge, held: list) -> float:
     import numpy as np
 
     from mapo.envs.dynamics import levels_to_vector
-    from mapo.envs.empathy.learned.train import _value_table
+    from mapo.envs.empathy.learned.model import value_table
 
-    table = _value_table()
+    table = value_table()
     rows = []
     for e in held:
         probs = np.asarray([judge.score(e.context, e.response).info["probabilities"][k] for k in LEVEL_KEYS])
@@ -93,6 +94,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--units", nargs="+", default=list(UNITS))
     parser.add_argument("--limit", type=int, default=None, help="first N training contexts only (a smoke run)")
+    parser.add_argument("--save-folds", default=None, help="write each fold's judge folder under this folder")
     parser.add_argument("--out", default=str(Path(__file__).with_name("lowo.json")))
     args = parser.parse_args()
     options = TrainOptions(trained_layers=args.layers, epochs=args.epochs, seed=args.seed)
@@ -106,6 +108,8 @@ def main() -> None:
         train_on = first_contexts([e for e in pool if writer_unit(e) != unit], args.limit)
         started = time.perf_counter()
         tokenizer, model, config, summary = train(train_on, options, cache=cache)
+        if args.save_folds:
+            save(Path(args.save_folds) / unit, model, config)
         fold: dict = {"train": summary, "rules": _summary(evaluate(rules, held), held)}
         for name, kw in VARIANTS.items():
             fold[name] = _summary(evaluate(LearnedJudge.from_model(tokenizer, model, config, **kw), held), held)

@@ -45,7 +45,7 @@ def test_training_writes_a_small_folder_and_is_deterministic_by_seed(judge_folde
     assert any(k.startswith("heads.") for k in first) and not any(".layer.0." in k for k in first)
 
 
-@pytest.mark.parametrize("decode", ["argmax", "rounded"])
+@pytest.mark.parametrize("decode", ["argmax", "rounded", "nearest"])
 def test_the_learned_kind_returns_the_judge_contract(judge_folder, replies, decode):
     assert "learned" in ROLES["judge"].names()
     judge = make_role("judge", {"kind": "learned", "path": str(judge_folder), "degenerate_gate": False, "decode": decode})
@@ -79,7 +79,7 @@ def test_calibrate_cli_scores_the_learned_kind(judge_folder, tmp_path):
 def test_a_missing_or_broken_folder_is_named(judge_folder, tmp_path):
     with pytest.raises(ValueError, match="needs the option path=DIR"):
         make_role("judge", "learned")
-    with pytest.raises(ValueError, match="decode must be one of argmax, rounded, got 'mean'"):
+    with pytest.raises(ValueError, match="decode must be one of argmax, rounded, nearest, got 'mean'"):
         make_role("judge", {"kind": "learned", "path": str(judge_folder), "decode": "mean"})
     with pytest.raises(ValueError, match=f"{tmp_path / 'nowhere'} is not a folder"):
         make_role("judge", {"kind": "learned", "path": str(tmp_path / "nowhere")})

@@ -1,7 +1,8 @@
 """The learned judge kind (`judge: learned`, option `path`: a folder from `mapo env train-judge`).
 
 The six levels are the cross-encoder's most probable magnitude per level key (`decode: argmax`)
-or its expected magnitude rounded (`decode: rounded`; `model.py`). With
+or its expected magnitude rounded (`decode: rounded`), or per axis the levels nearest the
+expected v_t (`decode: nearest`; `model.py`). With
 `degenerate_gate` (the default) a reply the offline judge's detectors call degenerate (word
 salad, loop, role swap, ...) keeps the offline judge's levels instead: those detectors were
 written and checked against the failure families, and a reward must never pay such text.

@@ -19,8 +19,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mapo.envs.dynamics import LEVEL_KEYS, NEG_KEYS
+from mapo.envs.dynamics import LEVEL_KEYS, NEG_KEYS, levels_to_vector
 from mapo.envs.empathy.offline.features import JudgeContext
+from mapo.types import AXES
 
 if TYPE_CHECKING:
     import torch
@@ -127,24 +128,54 @@ def tokenize(tokenizer: Any, pairs: list[tuple[str, str]], max_length: int) -> d
     )
 
 
-DECODERS = ("argmax", "rounded")
+DECODERS = ("argmax", "rounded", "nearest")
+
+
+def value_table() -> Any:
+    """(6 level keys, 3 magnitudes, 3 axes): the v_t contribution of each key at each magnitude."""
+    import numpy as np
+
+    table = np.zeros((len(LEVEL_KEYS), 3, len(AXES)))
+    for k, key in enumerate(LEVEL_KEYS):
+        for m in range(3):
+            table[k, m] = levels_to_vector({**{x: 0 for x in LEVEL_KEYS}, key: -m if key in NEG_KEYS else m})
+    return table
 
 
 def levels_from_probabilities(probs: Any, decode: str = "argmax") -> list[dict[str, int]]:
-    """The judge's integer levels from the heads' probabilities (n, 6, 3): per level key the most
-    probable magnitude (`argmax`) or the expected magnitude rounded (`rounded`), signed."""
+    """The judge's integer levels from the heads' probabilities (n, 6, 3), signed:
+
+    - `argmax`: per level key, the most probable magnitude;
+    - `rounded`: per level key, the expected magnitude rounded;
+    - `nearest`: per axis, the (progress, negative) pair whose v_t component is nearest the
+      expected one under the probabilities (the more probable pair on a tie), so the integer
+      levels keep as much of the heads' ordering as v_t's values allow."""
     import torch
 
     if decode == "argmax":
-        magnitudes = probs.argmax(-1)
+        magnitudes = probs.argmax(-1).tolist()
     elif decode == "rounded":
-        magnitudes = torch.round((probs * torch.arange(3, dtype=probs.dtype)).sum(-1)).long()
+        magnitudes = torch.round((probs * torch.arange(3, dtype=probs.dtype)).sum(-1)).long().tolist()
+    elif decode == "nearest":
+        magnitudes = [_nearest(row) for row in probs.tolist()]
     else:
         raise ValueError(f"learned judge: decode must be one of {', '.join(DECODERS)}, got {decode!r}")
-    return [
-        {key: -m if key in NEG_KEYS else m for key, m in zip(LEVEL_KEYS, row)}
-        for row in magnitudes.tolist()
-    ]
+    return [{key: -m if key in NEG_KEYS else m for key, m in zip(LEVEL_KEYS, row)} for row in magnitudes]
+
+
+def _nearest(probs: list[list[float]]) -> list[int]:
+    """One reply's magnitudes by the `nearest` rule (keys in LEVEL_KEYS order)."""
+    table = value_table()
+    out = [0] * len(LEVEL_KEYS)
+    for a, axis in enumerate(AXES):
+        kp, kn = LEVEL_KEYS.index(f"{axis}_prog"), LEVEL_KEYS.index(f"{axis}_neg")
+        expected = sum(probs[kp][m] * table[kp, m, a] + probs[kn][m] * table[kn, m, a] for m in range(3))
+        best = min(
+            ((mp, mn) for mp in range(3) for mn in range(3)),
+            key=lambda c: (round(abs(table[kp, c[0], a] + table[kn, c[1], a] - expected), 9), -probs[kp][c[0]] * probs[kn][c[1]]),
+        )
+        out[kp], out[kn] = best
+    return out
 
 
 def save(folder: Path, model: Any, config: CrossEncoderConfig) -> None:

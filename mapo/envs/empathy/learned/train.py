@@ -23,8 +23,7 @@ import numpy as np
 
 from mapo.envs.dynamics import LEVEL_KEYS, levels_to_vector
 from mapo.envs.empathy.calibrate import Exemplar, load_exemplars
-from mapo.envs.empathy.learned.model import CrossEncoderConfig, base_fingerprint, build, pair_text, save, tokenize
-from mapo.types import AXES
+from mapo.envs.empathy.learned.model import CrossEncoderConfig, base_fingerprint, build, pair_text, save, tokenize, value_table
 
 TRAIN_SPLITS = ("calibration", "heldout", "adversarial", "blind")
 ENCODE_BATCH = 32
@@ -56,16 +55,6 @@ def training_exemplars(
     """The labelled replies of `splits` (sealed sets left out, as `load_exemplars` does), minus the writer units in `exclude`."""
     leave = set(exclude)
     return [e for e in load_exemplars("all", folder) if e.split in splits and writer_unit(e) not in leave]
-
-
-def _value_table() -> np.ndarray:
-    """(6 level keys, 3 magnitudes, 3 axes): the v_t contribution of each key at each magnitude."""
-    table = np.zeros((len(LEVEL_KEYS), 3, len(AXES)))
-    for k, key in enumerate(LEVEL_KEYS):
-        for m in range(3):
-            level = -m if key.endswith("_neg") else m
-            table[k, m] = levels_to_vector({**{x: 0 for x in LEVEL_KEYS}, key: level})
-    return table
 
 
 @dataclass
@@ -139,7 +128,7 @@ def train(
     magnitudes = torch.tensor([[abs(e.expected[k]) for k in LEVEL_KEYS] for e in exemplars])
     targets = torch.tensor(np.stack([e.target for e in exemplars]), dtype=torch.float32)
     projections = torch.tensor([float(np.dot(levels_to_vector(e.expected), e.target)) for e in exemplars])
-    values = torch.tensor(_value_table(), dtype=torch.float32)
+    values = torch.tensor(value_table(), dtype=torch.float32)
     contexts: dict[str, list[int]] = {}
     for i, e in enumerate(exemplars):
         contexts.setdefault(e.context_id, []).append(i)
