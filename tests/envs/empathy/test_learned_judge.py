@@ -56,6 +56,7 @@ def test_the_learned_kind_returns_the_judge_contract(judge_folder, replies, deco
         assert all(isinstance(v, int) for v in judgement.levels.values())
         assert set(judgement.evidence) == {k for k, v in judgement.levels.items() if v}
         assert all(abs(sum(p) - 1) < 0.01 for p in judgement.info["probabilities"].values())
+        assert len(judgement.info["expected_v"]) == 3
     assert judge.score(replies[0].context, "  ").levels["A_neg"] == -1
 
 

@@ -15,9 +15,11 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from mapo.envs.dynamics import LEVEL_KEYS
 from mapo.envs.empathy.learned.model import (
-    WEIGHTS_FILE, CrossEncoderConfig, JudgeFolderError, DECODERS, levels_from_probabilities, load, pair_text, tokenize,
+    WEIGHTS_FILE, CrossEncoderConfig, JudgeFolderError, DECODERS, levels_from_probabilities, load, pair_text, tokenize, value_table,
 )
 from mapo.envs.empathy.offline.features import JudgeContext
 from mapo.envs.empathy.offline.judge import OfflineJudge
@@ -103,7 +105,11 @@ class LearnedJudge:
         evidence = {
             key: f"learned head: p={float(probs[k, abs(levels[key])]):.2f}" for k, key in enumerate(LEVEL_KEYS) if levels[key]
         }
-        info = {"probabilities": {key: [round(float(x), 3) for x in probs[k]] for k, key in enumerate(LEVEL_KEYS)}}
+        expected_v = np.einsum("km,kma->a", probs.numpy(), value_table())
+        info = {
+            "probabilities": {key: [round(float(x), 3) for x in probs[k]] for k, key in enumerate(LEVEL_KEYS)},
+            "expected_v": [round(float(x), 3) for x in expected_v],
+        }
         return Judgement(levels=levels, evidence=evidence, info=info)
 
     def _run(self, pairs: list[tuple[str, str]]) -> None:

@@ -13,6 +13,7 @@ scores the magnitude 0/1/2 of one level key (a negative key's level is minus tha
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import asdict, dataclass
@@ -131,6 +132,7 @@ def tokenize(tokenizer: Any, pairs: list[tuple[str, str]], max_length: int) -> d
 DECODERS = ("argmax", "rounded", "nearest")
 
 
+@functools.lru_cache(maxsize=1)
 def value_table() -> Any:
     """(6 level keys, 3 magnitudes, 3 axes): the v_t contribution of each key at each magnitude."""
     import numpy as np
