@@ -24,13 +24,14 @@ from mapo.envs.empathy.learned.train import training_exemplars, writer_unit
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--folds", required=True)
+    parser.add_argument("--decoders", nargs="+", default=list(DECODERS), choices=DECODERS)
     parser.add_argument("--out", default=str(Path(__file__).with_name("decoders.json")))
     args = parser.parse_args()
     pool = training_exemplars()
     table: dict[str, dict[str, dict]] = {}
     for unit in UNITS:
         held = [e for e in pool if writer_unit(e) == unit]
-        for decode in DECODERS:
+        for decode in args.decoders:
             for gate in (False, True):
                 judge = LearnedJudge(Path(args.folds) / unit, degenerate_gate=gate, decode=decode)
                 name = decode + ("+gate" if gate else "")
