@@ -1,7 +1,7 @@
 """The learned judge (issue 30, item 2): a few training steps of the real MiniLM cross-encoder
 (one trained layer, the rest frozen) on a handful of bundled exemplars, its folder, the
 `learned` kind through the role registry and `mapo env calibrate`, and clear errors for a
-missing or broken folder. Never the unread blind set 8 (sealed folders are not loaded)."""
+missing or broken folder."""
 
 from __future__ import annotations
 
@@ -99,5 +99,5 @@ def test_a_missing_or_broken_folder_is_named(judge_folder, tmp_path):
 def test_writer_units_are_blind_sets_and_exclusion_leaves_them_out():
     pool = training_exemplars()
     units = {writer_unit(e) for e in pool}
-    assert {"blind3", "blind4", "blind5", "blind6", "blind7", "calibration", "heldout", "adversarial"} == units
+    assert {"blind3", "blind4", "blind5", "blind6", "blind7", "blind8", "calibration", "heldout", "adversarial"} == units
     assert not any(writer_unit(e) == "blind7" for e in training_exemplars(exclude=["blind7"]))
