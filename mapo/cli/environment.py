@@ -1,4 +1,4 @@
-"""`mapo env list | try | calibrate | demos`: the empathy environment's cards, its simulated user, its judge's
+"""`mapo env list | try | calibrate | train-judge | demos`: the empathy environment's cards, its simulated user, its judge's
 calibration; the questioning game's demonstrations."""
 
 from __future__ import annotations
@@ -97,6 +97,39 @@ def env_calibrate(
     record = {"split": split, "judge": {"kind": judge, **options}, **result}
     (out / "calibration.json").write_text(json.dumps(record, indent=2, ensure_ascii=False), encoding="utf-8")
     typer.echo(f"Results: {out / 'calibration.json'}")
+
+
+@env_app.command("train-judge")
+def env_train_judge(
+    out: Annotated[Path, typer.Option("--out", help="The judge folder to write (judge.json, weights.pt).")],
+    exemplars: Annotated[Optional[Path], typer.Option(help="Folder of exemplar .yaml files (default: bundled; sealed sets left out).")] = None,
+    split: Annotated[
+        Optional[list[str]], typer.Option("--split", help="Splits to train on (repeatable; default calibration, heldout, adversarial, blind).")
+    ] = None,
+    exclude: Annotated[
+        Optional[list[str]], typer.Option("--exclude", help="Writer units to leave out, e.g. blind7 (a blind set) or a split (repeatable).")
+    ] = None,
+    epochs: Annotated[int, typer.Option(help="Passes over the training replies.")] = 4,
+    layers: Annotated[int, typer.Option(help="Top encoder layers fine-tuned (the rest stay as shipped).")] = 1,
+    max_length: Annotated[int, typer.Option(help="Tokens of (context, reply) read.")] = 256,
+    seed: Annotated[int, typer.Option(help="Seed of the heads' initialisation, dropout and batch order.")] = 0,
+    threads: Annotated[int, typer.Option(help="CPU threads for torch.")] = 1,
+    limit: Annotated[Optional[int], typer.Option(help="Train on the first N contexts only (a smoke test).")] = None,
+) -> None:
+    """Fine-tune the learned judge (a MiniLM cross-encoder, `judge: learned`) on the labelled exemplars, on the CPU."""
+    import json
+
+    from mapo.envs.empathy.calibrate import first_contexts
+    from mapo.envs.empathy.learned.train import TRAIN_SPLITS, TrainOptions, train_to_folder, training_exemplars
+
+    options = TrainOptions(trained_layers=layers, epochs=epochs, max_length=max_length, seed=seed, threads=threads)
+    try:
+        items = first_contexts(training_exemplars(exemplars, tuple(split or TRAIN_SPLITS), exclude or ()), limit)
+        summary = train_to_folder(out, items, options)
+    except ValueError as err:
+        raise fail(err) from None
+    typer.echo(json.dumps(summary))
+    typer.echo(f"Judge: {out} (use it with --judge learned --judge-option path={out}, or roles.judge: {{kind: learned, path: {out}}})")
 
 
 @env_app.command("demos")

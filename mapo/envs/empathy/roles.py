@@ -95,7 +95,11 @@ ROLES: dict[str, Registry[Callable[..., Any]]] = {
     "judge": Registry(
         "empathy judge kind",
         group="mapo.roles.judge",
-        builtins={"offline": "mapo.envs.empathy.offline.judge:OfflineJudge", "llm": "mapo.envs.empathy.llm:llm_judge"},
+        builtins={
+            "offline": "mapo.envs.empathy.offline.judge:OfflineJudge",
+            "llm": "mapo.envs.empathy.llm:llm_judge",
+            "learned": "mapo.envs.empathy.learned.judge:LearnedJudge",
+        },
     ),
     "actor": Registry(
         "empathy actor kind",

@@ -4,7 +4,7 @@ Real local servers: `JudgeServer`, an OpenAI-compatible server whose model is th
 judge, so the LLM judge's levels over it must equal the offline judge's own (the prompt of
 `LLMJudge.score` carries the whole context); `FaultProxy` in front of it answers prose
 instead of JSON, as a small model without constrained decoding does. The exemplars are a
-small folder cut from the bundled files (never the unread blind set 8)."""
+small folder cut from the bundled files."""
 
 from __future__ import annotations
 
