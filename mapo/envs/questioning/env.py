@@ -25,8 +25,15 @@ Why one guess by default: with wrong guesses free, guessing down the list solves
 pool_size of the games (7 of 8 at pool 8) without a single question, so "success" would not
 measure questioning; with one guess it solves 1 / pool_size.
 
+`forfeit_on_failure` (default off): a lost game (a wrong guess beyond those allowed) returns
+the need to where it started, D_T = D_0, so the IDR of the losing turn takes back every bit the
+dialogue had earned and a lost game's rewards sum to 0, as its outcome does. Without it a wrong
+guess among n candidates still pays log2(n / (n - 1)) bits, and a guess's expected immediate
+reward, (log2(n) + 1) / n + (n - 1) / n * log2(n / (n - 1)), beats a perfect question's 1 bit
+at n <= 4: a reward read turn by turn then pays guessing early (docs/games.md).
+
 Options: pool_size (default 8), max_turns, solve_bits (1.0), wrong_guesses_allowed (0), pool_seed (0),
-show_candidates (false).
+show_candidates (false), forfeit_on_failure (false).
 Scenarios (`env.scenarios`, `mapo eval --scenarios`): train | test | all of the bundled
 case set, or a case file `path.yaml` (all its secrets) or `path.yaml:train|test`.
 """
@@ -81,7 +88,8 @@ class QuestioningEnvironment:
     dialogue_summary = staticmethod(game_summary)
 
     def __init__(self, pool_size: int = 8, max_turns: int | None = None, solve_bits: float = 1.0,
-                 wrong_guesses_allowed: int = 0, pool_seed: int = 0, show_candidates: bool = False) -> None:
+                 wrong_guesses_allowed: int = 0, pool_seed: int = 0, show_candidates: bool = False,
+                 forfeit_on_failure: bool = False) -> None:
         if not isinstance(pool_size, int) or pool_size < 2:
             raise ValueError(f"{self.case_set}: pool_size must be an integer >= 2, got {pool_size!r}")
         if max_turns is not None and max_turns < 1:
@@ -90,8 +98,10 @@ class QuestioningEnvironment:
             raise ValueError(f"{self.case_set}: solve_bits must be > 0 (a right guess must pay more than a timeout), got {solve_bits}")
         if not isinstance(wrong_guesses_allowed, int) or wrong_guesses_allowed < 0:
             raise ValueError(f"{self.case_set}: wrong_guesses_allowed must be an integer >= 0, got {wrong_guesses_allowed!r}")
-        if not isinstance(show_candidates, bool):
-            raise ValueError(f"{self.case_set}: show_candidates must be true or false, got {show_candidates!r}")
+        for name, flag in (("show_candidates", show_candidates), ("forfeit_on_failure", forfeit_on_failure)):
+            if not isinstance(flag, bool):
+                raise ValueError(f"{self.case_set}: {name} must be true or false, got {flag!r}")
+        self.forfeit_on_failure = forfeit_on_failure
         self.wrong_guesses_allowed = wrong_guesses_allowed
         if wrong_guesses_allowed:  # the class's prompt states the default rule, one guess
             self.system_prompt = self.system_prompt.replace(
@@ -158,6 +168,8 @@ class QuestioningEnvironment:
             self.done_reason = "success"
         elif len(self.game.wrong_guesses) > self.wrong_guesses_allowed:
             self.done_reason = "failure"
+            if self.forfeit_on_failure:
+                distance = self.game.initial_distance()
         elif self.turn >= self.max_turns:
             self.done_reason = "timeout"
         info = {

@@ -367,3 +367,24 @@ def test_show_candidates_lists_what_is_still_consistent_and_players_still_read_i
     assert [i["kind"] for i in plain] == [i["kind"] for i in infos]  # the list changes what is said, not the game
     with pytest.raises(ValueError, match="show_candidates"):
         make_environment(TQ, show_candidates="yes")
+
+
+def test_forfeit_on_failure_takes_back_every_bit_of_a_lost_game():
+    scenario = load_scenarios(TQ, "test")[0]
+    secret = scenario.card["secret"]
+    optimal = Player("optimal")
+
+    def ask_twice_then_guess_wrong(conversation):
+        if len(conversation) < 6:  # system, opening and two questions answered
+            return optimal.reply(conversation[1:])
+        left = conversation[-1]["content"].partition(" Still possible: ")[2].removesuffix(".").split(", ")
+        return f"Guess: {next(c for c in left if c != secret)}"
+
+    plain, plain_d, _ = play(TQ, scenario, ask_twice_then_guess_wrong, show_candidates=True)
+    lost, lost_d, _ = play(TQ, scenario, ask_twice_then_guess_wrong, show_candidates=True, forfeit_on_failure=True)
+    assert [i["kind"] for i in lost] == [i["kind"] for i in plain] == ["question", "question", "guess_wrong"]
+    assert lost[-1]["done_reason"] == "failure" and lost_d[-1] == lost_d[0] == plain_d[0]
+    assert idr_return(lost_d) == pytest.approx(0.0) and idr_return(plain_d) > 2.0  # the lost game gains nothing
+    assert [i["bits"] for i in lost] == [i["bits"] for i in plain]  # the information figures are the game's, unchanged
+    won, won_d, _ = play(TQ, scenario, lambda c: optimal.reply(c[1:]), forfeit_on_failure=True)
+    assert won[-1]["done_reason"] == "success" and idr_return(won_d) == pytest.approx(won_d[0])
