@@ -478,7 +478,7 @@ def test_environment_errors(scenarios):
         env.reset(type(scenarios[PRIYA])(id="bare"))
     with pytest.raises(ValueError, match="unknown option.*max_turn"):
         EmpathyEnvironment(max_turn=3)
-    with pytest.raises(ValueError, match="roles.judge: unknown empathy judge kind 'nope'; registered: llm, offline"):
+    with pytest.raises(ValueError, match="roles.judge: unknown empathy judge kind 'nope'; registered: learned, llm, offline"):
         EmpathyEnvironment(judge="nope")
     with pytest.raises(ValueError, match="roles.director: .*unexpected keyword"):
         EmpathyEnvironment(director_options={"bogus": 1})
