@@ -4,6 +4,7 @@ environment reports one (the questioning game's `env_success_rate`)."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -52,8 +53,8 @@ def plot_curves(series: dict[str, dict[str, list[list[float]]]], path: Path) -> 
             if not runs:
                 continue
             axes = right if key == "reward_mean" and variant in absolute else axes_left
-            width = min(len(r) for r in runs)
-            stack = np.asarray([r[:width] for r in runs])
+            width = max(len(r) for r in runs)  # a run still going (or cut) ends early: NaN past its end
+            stack = np.asarray([r + [float("nan")] * (width - len(r)) for r in runs])
             steps = np.arange(1, width + 1)
             mean = np.nanmean(stack, axis=0)
             style = "--" if variant in absolute else "-"
@@ -62,7 +63,9 @@ def plot_curves(series: dict[str, dict[str, list[list[float]]]], path: Path) -> 
             if key == "reward_mean":
                 handles.append(line)
             if len(runs) > 1:
-                std = np.nanstd(stack, axis=0, ddof=1)
+                with warnings.catch_warnings():  # a step only one run reached has no spread: NaN, not drawn
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    std = np.nanstd(stack, axis=0, ddof=1)
                 axes.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.15)
         axes_left.set_title(PANELS[key])
         axes_left.set_xlabel("training step")
