@@ -262,5 +262,7 @@ def paired_rows(
             kept = [v for v in found["values"] if v is not None and math.isfinite(v)]
             found["worse"] = _worse_share(np.asarray(kept, dtype=float), key)
             diffs[key] = found
-        rows.append({"variant": variant, "seeds": seeds, "metrics": diffs})
+        # the seeds some metric of the row pairs at (a run still going has training figures, no evaluation)
+        paired = [s for k, s in enumerate(seeds) if any(d["values"][k] is not None for d in diffs.values())]
+        rows.append({"variant": variant, "seeds": paired, "metrics": diffs})
     return rows

@@ -124,6 +124,9 @@ def test_paired_rows_subtract_the_reference_at_the_same_seed():
     assert epmq["low"] == pytest.approx(-2.5 - half) and epmq["high"] == pytest.approx(-2.5 + half)
     assert epmq["worse"] == 1.0
     assert row["metrics"]["return"]["mean"] is None and row["metrics"]["return"]["low"] is None
+    units["grpo-idr-s2"] = {"reward_last": 0.5}  # a run still going: training figures, no evaluation
+    (row,) = paired_rows(units, plan)
+    assert row["seeds"] == [0, 1] and row["metrics"]["epmq"]["n"] == 2
 
 
 def test_dialogues_pair_on_scenario_and_seed_and_the_base_pairs_with_every_seed():
