@@ -80,9 +80,7 @@ class LearnedJudge:
         """Stateless: nothing to reset (the history carries the earlier turns)."""
 
     def judge(self, card: ScenarioCard, history: list[dict[str, str]], response: str, state: NeedState) -> Judgement:
-        if history and history[-1].get("role") == "assistant" and history[-1].get("content") == response:
-            history = history[:-1]
-        return self.score(JudgeContext.from_dialogue(card, history, state), response)
+        return self.score(JudgeContext.before_reply(card, history, response, state), response)
 
     def prime(self, items: list[tuple[JudgeContext, str]]) -> None:
         """Score every pair in batches up front (calibration), and prime the gate's embeddings."""

@@ -104,6 +104,14 @@ class JudgeContext:
     history: list[dict[str, str]] = field(default_factory=list)  # the dialogue as chat messages (for an LLM judge's transcript)
 
     @classmethod
+    def before_reply(cls, card: ScenarioCard, history: list[dict[str, str]], response: str, state: NeedState) -> JudgeContext:
+        """The context a judge scores `response` in: the history up to it (a history that already
+        ends with the reply, as the environment passes it, has that message dropped)."""
+        if history and history[-1].get("role") == "assistant" and history[-1].get("content") == response:
+            history = history[:-1]
+        return cls.from_dialogue(card, history, state)
+
+    @classmethod
     def from_dialogue(cls, card: ScenarioCard, history: list[dict[str, str]], state: NeedState) -> JudgeContext:
         return cls(
             situation=card.situation,
