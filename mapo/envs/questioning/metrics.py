@@ -7,7 +7,9 @@ the environment writes, kept in transcripts through its `transcript_keys`).
   invalid replies: a wasted turn counts as 0 bits); the optimal questioner is near 1;
 - bits_mean: information gained per dialogue (log2(pool) when solved);
 - invalid_rate, repeat_rate: their share of all turns;
-- wrong_guesses: mean wrong guesses per dialogue.
+- wrong_guesses: mean wrong guesses per dialogue;
+- early_guesses: mean guesses per dialogue made while two or more candidates were still
+  consistent (a blind guess; the reference players make none).
 """
 
 from __future__ import annotations
@@ -16,7 +18,20 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 QUESTION_KINDS = ("question", "repeat", "invalid")
-FIGURES = ("success_rate", "turns_to_success", "bits_per_question", "bits_mean", "invalid_rate", "repeat_rate", "wrong_guesses")
+FIGURES = ("success_rate", "turns_to_success", "bits_per_question", "bits_mean", "invalid_rate", "repeat_rate", "wrong_guesses",
+           "early_guesses")
+GUESS_KINDS = ("guess_right", "guess_wrong")
+
+
+def _early_guesses(turns: Sequence[Mapping[str, Any]]) -> int:
+    """Guesses made while two or more candidates were consistent (each turn's `candidates_left` is
+    after the move; before the first it is the pool)."""
+    count, left = 0, None
+    for turn in turns:
+        before = left if left is not None else turn.get("pool_size", 0)
+        count += turn["kind"] in GUESS_KINDS and before > 1
+        left = turn.get("candidates_left", before)
+    return count
 
 
 def game_summary(dialogues: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
@@ -39,6 +54,7 @@ def game_summary(dialogues: Sequence[Mapping[str, Any]]) -> dict[str, float | No
         "invalid_rate": share("invalid"),
         "repeat_rate": share("repeat"),
         "wrong_guesses": sum(t["kind"] == "guess_wrong" for t in turns) / len(dialogues),
+        "early_guesses": sum(_early_guesses([t for t in d["turns"] if "kind" in t]) for d in dialogues) / len(dialogues),
     }
 
 

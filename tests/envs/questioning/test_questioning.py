@@ -388,3 +388,14 @@ def test_forfeit_on_failure_takes_back_every_bit_of_a_lost_game():
     assert [i["bits"] for i in lost] == [i["bits"] for i in plain]  # the information figures are the game's, unchanged
     won, won_d, _ = play(TQ, scenario, lambda c: optimal.reply(c[1:]), forfeit_on_failure=True)
     assert won[-1]["done_reason"] == "success" and idr_return(won_d) == pytest.approx(won_d[0])
+
+
+def test_early_guesses_count_guesses_made_while_several_candidates_were_consistent():
+    from mapo.envs.questioning.metrics import game_summary
+
+    scenario = load_scenarios(TQ, "test")[0]
+    optimal = Player("optimal")
+    blind, _, _ = play(TQ, scenario, lambda c: f"Guess: {scenario.card['secret']}")  # right, but blind
+    solved, _, _ = play(TQ, scenario, lambda c: optimal.reply(c[1:]))
+    figures = game_summary([{"done_reason": "success", "turns": blind}, {"done_reason": "success", "turns": solved}])
+    assert figures["early_guesses"] == 0.5  # one blind guess over two games; the optimal player's is not
