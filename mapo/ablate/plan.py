@@ -308,6 +308,25 @@ def game_plan() -> AblationPlan:
     )
 
 
+# The game with a lost game scored as no progress (`forfeit_on_failure`): IDR read turn by turn
+# pays a wrong guess the candidate it removes, so a blind guess among few candidates out-earns
+# a good question (docs/games.md); forfeiting returns the need to its start when the game is
+# lost, so a losing dialogue's rewards sum to 0. The same settings as "game" otherwise.
+GAME_FORFEIT_OPTIONS = {"pool_size": 8, "show_candidates": True, "forfeit_on_failure": True}
+
+
+def game_forfeit_plan() -> AblationPlan:
+    """MAPO against GRPO on IDR, 3 seeds, on the questioning game with lost games forfeited."""
+    plan = game_plan()
+    plan.variants = ["mapo-idr", "grpo-idr"]
+    plan.seeds = [0, 1, 2]
+    plan.train = [("env.options={pool_size: 8, show_candidates: true, forfeit_on_failure: true}"
+                   if setting.startswith("env.options=") else setting) for setting in GAME_TRAIN]
+    plan.eval.env_options = dict(GAME_FORFEIT_OPTIONS)
+    plan.name = "game-forfeit"
+    return plan
+
+
 # Empathy from the warm start (issue #28, part 2): MAPO against GRPO from a `mapo sft` checkpoint
 # given on the command line (`--set policy.model=<sft output>/final`), 5 seeds, one scenario x 8
 # dialogues x 8 turns a step, the default run's whole replies, 30 steps; held-out as the study's
@@ -343,6 +362,7 @@ PLANS.add("default", AblationPlan)
 PLANS.add("quick", quick_plan)
 PLANS.add("study", study_plan)
 PLANS.add("game", game_plan)
+PLANS.add("game-forfeit", game_forfeit_plan)
 PLANS.add("empathy-warm", empathy_warm_plan)
 
 
