@@ -212,7 +212,7 @@ def _merge(base: dict[str, Any], update: Any, cls: type, where: str) -> None:
                 base[key] = {}
             _merge(base[key], value, kind, dotted)
         elif dotted in FREE_FORM and isinstance(value, dict) and isinstance(base.get(key), dict):
-            base[key] = {**base[key], **value}
+            base[key] = _merged_free_form(base[key], value)
         else:
             base[key] = value
     if legacy is not _NOT_SET:  # after the mapping's own report_to, which it extends
@@ -220,6 +220,18 @@ def _merge(base: dict[str, Any], update: Any, cls: type, where: str) -> None:
 
 
 _NOT_SET = object()
+
+
+def _merged_free_form(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """`update` laid over `base` key by key, nested mappings too: `--set env.options.roles.judge.path=X`
+    after `--set env.options.roles.judge.kind=learned` keeps the kind (a leaf or a non-mapping replaces)."""
+    merged = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merged_free_form(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
 
 
 def _legacy_tensorboard(base: dict[str, Any], value: Any) -> None:

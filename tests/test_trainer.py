@@ -184,6 +184,11 @@ def test_config_errors_name_the_key(tmp_path):
     with pytest.raises(ConfigError, match="expected key=value"):
         load_config(None, ["steps"])
     assert load_config(None, ["env.options.judge=offline", "optim.betas=[0.8, 0.9]"]).optim.betas == (0.8, 0.9)
+    nested = load_config(None, ["env.options.roles.judge.kind=learned", "env.options.roles.judge.path=j",
+                                "env.options={pool_size: 4}", "env.options.roles.judge.decode=nearest"]).env.options
+    assert nested == {"pool_size": 4, "roles": {"judge": {"kind": "learned", "path": "j", "decode": "nearest"}}}
+    assert load_config(None, ["env.options.roles.judge.kind=learned", "env.options.roles.judge=offline"]).env.options == {
+        "roles": {"judge": "offline"}}
 
 
 def test_cli_reports_bad_config_and_missing_model(tmp_path):

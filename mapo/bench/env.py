@@ -1,9 +1,10 @@
 """`mapo bench env` and `mapo bench llm-env`: the simulated user's cost per turn.
 
-`bench_env_latency`: the offline environment (rules + sentence embeddings) stepping
-fixed replies, per-step latency percentiles, against the time the policy takes to
-write one reply of the configured length (both in this process), so the ratio says
-how much of a rollout turn the environment costs.
+`bench_env_latency`: the configured environment (by default the offline one: rules + sentence
+embeddings; `--set env.options.roles.judge=learned` measures that judge) stepping fixed
+replies, per-step latency percentiles, against the time the policy takes to write one reply
+of the configured length (both in this process), so the ratio says how much of a rollout
+turn the environment costs.
 
 `bench_llm_env`: the same environment with all three roles on an LLM backend (a
 local llama.cpp server), `trajectories` dialogues of `turns` turns run with 1 and
@@ -55,6 +56,14 @@ def step_latencies(make_env: Any, scenarios: list[Any], steps: int, turns: int) 
     return latencies
 
 
+def judge_kind(config: TrainConfig) -> str | None:
+    """The configured judge's kind for the empathy environment (offline unless env.options.roles says), else None."""
+    if config.env.name != "empathy":
+        return None
+    judge = (config.env.options.get("roles") or {}).get("judge", "offline")
+    return str(judge.get("kind")) if isinstance(judge, dict) else judge if isinstance(judge, str) else type(judge).__name__
+
+
 def bench_env_latency(policy: Any, scenarios: list[Any], make_env: Any, config: TrainConfig,
                       steps: int = 40, turns: int = 8) -> dict[str, Any]:
     step_latencies(make_env, scenarios, 2, turns)  # warm-up: the embedding model loads off the clock
@@ -68,10 +77,11 @@ def bench_env_latency(policy: Any, scenarios: list[Any], make_env: Any, config: 
         policy.sample([context], config.rollout.max_new_tokens, config.rollout.temperature)
         replies.append(time.perf_counter() - start)
     policy_row = _percentiles(replies)
+    judge = judge_kind(config)
     return {
-        "settings": {"steps": steps, "turns_per_dialogue": turns, "env": config.env.name,
+        "settings": {"steps": steps, "turns_per_dialogue": turns, "env": config.env.name, "judge": judge,
                      "reply_tokens_cap": config.rollout.max_new_tokens},
-        "modes": {"offline env step": env_row, "policy reply (batch 1)": policy_row},
+        "modes": {f"env step ({judge} judge)" if judge else "env step": env_row, "policy reply (batch 1)": policy_row},
         "ratios": {"policy_reply_over_env_step": policy_row["p50_ms"] / max(env_row["p50_ms"], 1e-9)},
     }
 

@@ -23,7 +23,7 @@ BENCHMARKS: dict[str, str] = {
     "rollout": "batched multi-turn rollout vs one trajectory at a time, llama.cpp engine vs hf (generate tok/s)",
     "train": "one packed sequence per trajectory vs one sequence per turn, 6 turns (update time)",
     "mfu": "training tokens/s as counted model FLOPs per second over the measured matmul peak",
-    "env": "offline environment step latency vs one policy reply",
+    "env": "environment step latency (the configured judge) vs one policy reply",
     "llm-env": "LLM-role environment on llama.cpp: 1 vs 16 dialogues in flight (turns/s)",
     "grpo": "one single-turn GRPO step: TRL GRPOTrainer time / mapo time",
 }

@@ -6,10 +6,11 @@ import pytest
 import torch
 from tiny_policy import ToyEnvironment, tiny_policy, toy_scenarios
 
-from mapo.bench.env import run_dialogues, step_latencies
+from mapo.bench.env import judge_kind, run_dialogues, step_latencies
 from mapo.bench.grpo import brevity_reward
 from mapo.bench.mfu import counted_flops, matmul_gflops, model_parameters, synthetic_sequences
 from mapo.bench.suite import BENCHMARKS, QUICK_SIZES, summary_markdown
+from mapo.config import load_config
 from mapo.losses import collate
 from mapo.testing.llama_server import free_port
 
@@ -67,6 +68,13 @@ def test_step_latencies_time_every_step_and_restart_dialogues():
     latencies = step_latencies(make_env, toy_scenarios(2), steps=7, turns=3)
     assert len(latencies) == 7 and all(t >= 0 for t in latencies)
     assert len(made) == 3  # steps 0, 3, 6 start a new dialogue
+
+
+def test_the_env_latency_row_names_the_configured_judge():
+    assert judge_kind(load_config(None)) == "offline"
+    assert judge_kind(load_config(None, ["env.options.roles.judge.kind=learned", "env.options.roles.judge.path=j"])) == "learned"
+    assert judge_kind(load_config(None, ["env.options.roles.judge=llm"])) == "llm"
+    assert judge_kind(load_config(None, ["env.name=twenty-questions"])) is None
 
 
 def test_run_dialogues_counts_turns_and_role_calls():
