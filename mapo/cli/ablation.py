@@ -36,6 +36,10 @@ def ablate(
     seeds: Annotated[Optional[int], typer.Option(help="Seeds per variant (0..N-1).")] = None,
     steps: Annotated[Optional[int], typer.Option(help="Training steps per run (same rollout budget for all).")] = None,
     jobs: Annotated[int, typer.Option(help="Runs in parallel processes, each with cores/jobs torch threads.")] = 1,
+    report: Annotated[
+        bool, typer.Option("--report", help="With --resume: write the tables and curves from the units finished so far "
+                           "and run nothing (a study cut short, or read while it runs).")
+    ] = False,
     set_: SetOpt = None,
 ) -> None:
     """Train every estimator/reward variant with several seeds under one rollout budget, evaluate all
@@ -44,7 +48,7 @@ def ablate(
 
     --set applies to every training run; `eval.FIELD=` and `benchmarks.FIELD=` change the plan's
     held-out evaluation and benchmarks (e.g. --set benchmarks.limit=10)."""
-    from mapo.ablate import plan_for, read_plan, run_ablation
+    from mapo.ablate import plan_for, read_plan, run_ablation, write_outputs
     from mapo.run_folder import new_run_dir
 
     try:
@@ -52,15 +56,20 @@ def ablate(
             if quick or plan_name or bench_data or variant or seeds or steps or output or set_:
                 raise ValueError("--resume continues an ablation with its own plan.json; drop the other plan options")
             plan, folder = read_plan(resume), resume
+        elif report:
+            raise ValueError("--report reads an existing ablation: give its folder with --resume")
         else:
             if quick and plan_name not in (None, "quick"):
                 raise ValueError(f"--quick is --plan quick; it does not go with --plan {plan_name}")
             name = "quick" if quick else plan_name or "default"
             plan = plan_for(name, variant, seeds, steps, set_ or (), str(bench_data) if bench_data else None)
             folder = output or new_run_dir("runs", "ablate" if name == "default" else f"ablate-{name}")
-        typer.echo(f"Ablation ({plan.name} plan): {len(plan.units())} runs ({', '.join(plan.variants)} x seeds {plan.seeds}) "
-                   f"+ base; {plan.steps} steps each; folder {folder}")
-        md = run_ablation(plan, folder, jobs=jobs, on_done=lambda name, did: typer.echo(f"  {name}: {did}"))
+        if report:
+            md = write_outputs(folder, plan)
+        else:
+            typer.echo(f"Ablation ({plan.name} plan): {len(plan.units())} runs ({', '.join(plan.variants)} x seeds {plan.seeds}) "
+                       f"+ base; {plan.steps} steps each; folder {folder}")
+            md = run_ablation(plan, folder, jobs=jobs, on_done=lambda name, did: typer.echo(f"  {name}: {did}"))
     except (ValueError, FileNotFoundError) as err:
         raise fail(err) from None
     typer.echo(md.read_text(encoding="utf-8"))

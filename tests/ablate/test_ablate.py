@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -192,9 +193,12 @@ def test_steps_to_half_reads_a_trailing_mean_against_the_best_variants_final_suc
     assert steps_to_half(success, {}, 4, variant_of) == {}
 
 
-def test_a_game_ablation_reports_game_figures_speed_and_a_success_curve(tmp_path):
+GAME_FINALS = {"base": 10.0, "mapo-idr-s0": 50.0, "mapo-idr-s1": 30.0, "grpo-idr-s0": 20.0, "grpo-idr-s1": 10.0}
+
+
+def write_game_ablation(tmp_path: Path, finals: dict[str, float]) -> AblationPlan:
+    """A game ablation's folder with the given units finished (held-out success in %)."""
     plan = AblationPlan(variants=["mapo-idr", "grpo-idr"], seeds=[0, 1], steps=3, name="g")
-    finals = {"base": 10.0, "mapo-idr-s0": 50.0, "mapo-idr-s1": 30.0, "grpo-idr-s0": 20.0, "grpo-idr-s1": 10.0}
     for name, success in finals.items():
         folder = tmp_path / "evals" / name
         folder.mkdir(parents=True)
@@ -212,6 +216,11 @@ def test_a_game_ablation_reports_game_figures_speed_and_a_success_curve(tmp_path
             (run / "metrics.jsonl").write_text("".join(
                 json.dumps({"step": k + 1, "reward_mean": 0.1, "grad_norm": 1.0, "env_success_rate": rate * k / 2}) + "\n"
                 for k in range(3)))
+    return plan
+
+
+def test_a_game_ablation_reports_game_figures_speed_and_a_success_curve(tmp_path):
+    plan = write_game_ablation(tmp_path, GAME_FINALS)
     markdown = write_outputs(tmp_path, plan).read_text()
     assert "Game figures on the held-out games" in markdown and "player:optimal success 100.0 %, 0.984 bits" in markdown
     speed = json.loads((tmp_path / "ablation.json").read_text())["tables"]["Speed of learning: mean ± sample std over seeds"]
@@ -282,6 +291,18 @@ def test_a_tiny_ablation_runs_skips_finished_units_and_resumes_a_cut_run(tmp_pat
     assert done == [("base", "skipped"), ("mapo-idr-s0", "resumed+evaluated")]
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2]
+
+
+def test_cli_report_writes_the_tables_of_the_finished_units_and_runs_nothing(tmp_path):
+    plan = write_game_ablation(tmp_path, {k: v for k, v in GAME_FINALS.items() if k != "grpo-idr-s1"})
+    check_plan(tmp_path, plan)
+    result = CliRunner().invoke(app, ["ablate", "--resume", str(tmp_path), "--report"])
+    assert result.exit_code == 0, result.output
+    assert "Game figures on the held-out games" in result.output and (tmp_path / "curves.png").is_file()
+    assert json.loads((tmp_path / "ablation.json").read_text())["missing"] == ["grpo-idr-s1"]
+    assert not (tmp_path / "runs" / "grpo-idr-s1").exists()  # nothing was trained
+    result = CliRunner().invoke(app, ["ablate", "--report"])
+    assert result.exit_code == 2 and "--resume" in result.output
 
 
 def test_cli_resume_takes_no_plan_options(tmp_path):
