@@ -31,9 +31,12 @@ dialogue had earned and a lost game's rewards sum to 0, as its outcome does. Wit
 guess among n candidates still pays log2(n / (n - 1)) bits, and a guess's expected immediate
 reward, (log2(n) + 1) / n + (n - 1) / n * log2(n / (n - 1)), beats a perfect question's 1 bit
 at n <= 4: a reward read turn by turn then pays guessing early (docs/games.md).
+`forfeit_on_timeout` (default off) does the same for a game that runs out of turns unsolved:
+with lost games forfeited and timeouts not, a policy that never guesses keeps its bits and
+one that guesses risks them, and RL from the warm start learned to stop guessing (docs/games.md).
 
 Options: pool_size (default 8), max_turns, solve_bits (1.0), wrong_guesses_allowed (0), pool_seed (0),
-show_candidates (false), forfeit_on_failure (false).
+show_candidates (false), forfeit_on_failure (false), forfeit_on_timeout (false).
 Scenarios (`env.scenarios`, `mapo eval --scenarios`): train | test | all of the bundled
 case set, or a case file `path.yaml` (all its secrets) or `path.yaml:train|test`.
 """
@@ -89,7 +92,7 @@ class QuestioningEnvironment:
 
     def __init__(self, pool_size: int = 8, max_turns: int | None = None, solve_bits: float = 1.0,
                  wrong_guesses_allowed: int = 0, pool_seed: int = 0, show_candidates: bool = False,
-                 forfeit_on_failure: bool = False) -> None:
+                 forfeit_on_failure: bool = False, forfeit_on_timeout: bool = False) -> None:
         if not isinstance(pool_size, int) or pool_size < 2:
             raise ValueError(f"{self.case_set}: pool_size must be an integer >= 2, got {pool_size!r}")
         if max_turns is not None and max_turns < 1:
@@ -98,10 +101,12 @@ class QuestioningEnvironment:
             raise ValueError(f"{self.case_set}: solve_bits must be > 0 (a right guess must pay more than a timeout), got {solve_bits}")
         if not isinstance(wrong_guesses_allowed, int) or wrong_guesses_allowed < 0:
             raise ValueError(f"{self.case_set}: wrong_guesses_allowed must be an integer >= 0, got {wrong_guesses_allowed!r}")
-        for name, flag in (("show_candidates", show_candidates), ("forfeit_on_failure", forfeit_on_failure)):
+        for name, flag in (("show_candidates", show_candidates), ("forfeit_on_failure", forfeit_on_failure),
+                           ("forfeit_on_timeout", forfeit_on_timeout)):
             if not isinstance(flag, bool):
                 raise ValueError(f"{self.case_set}: {name} must be true or false, got {flag!r}")
         self.forfeit_on_failure = forfeit_on_failure
+        self.forfeit_on_timeout = forfeit_on_timeout
         self.wrong_guesses_allowed = wrong_guesses_allowed
         if wrong_guesses_allowed:  # the class's prompt states the default rule, one guess
             self.system_prompt = self.system_prompt.replace(
@@ -172,6 +177,8 @@ class QuestioningEnvironment:
                 distance = self.game.initial_distance()
         elif self.turn >= self.max_turns:
             self.done_reason = "timeout"
+            if self.forfeit_on_timeout:
+                distance = self.game.initial_distance()
         info = {
             "turn": self.turn,
             "kind": outcome.kind,

@@ -390,6 +390,26 @@ def test_forfeit_on_failure_takes_back_every_bit_of_a_lost_game():
     assert won[-1]["done_reason"] == "success" and idr_return(won_d) == pytest.approx(won_d[0])
 
 
+def test_forfeit_on_timeout_takes_back_the_bits_of_a_game_that_never_guesses():
+    scenario = load_scenarios(TQ, "test")[0]
+    optimal = Player("optimal")
+
+    def never_guess(conversation):  # the optimal questions, then asks again instead of guessing
+        reply = optimal.reply(conversation[1:])
+        return "Is it alive?" if reply.startswith("Guess") else reply
+
+    kept, kept_d, _ = play(TQ, scenario, never_guess, forfeit_on_failure=True)
+    gone, gone_d, _ = play(TQ, scenario, never_guess, forfeit_on_failure=True, forfeit_on_timeout=True)
+    assert kept[-1]["done_reason"] == gone[-1]["done_reason"] == "timeout" and len(gone) == 7
+    assert idr_return(kept_d) == pytest.approx(3.0)  # every bit of the pool of 8, the solve bonus missed
+    assert idr_return(gone_d) == pytest.approx(0.0) and gone_d[-1] == gone_d[0]
+    assert [i["bits"] for i in gone] == [i["bits"] for i in kept]  # the information figures are unchanged
+    won, won_d, _ = play(TQ, scenario, lambda c: optimal.reply(c[1:]), forfeit_on_timeout=True)
+    assert won[-1]["done_reason"] == "success" and idr_return(won_d) == pytest.approx(won_d[0])
+    with pytest.raises(ValueError, match="forfeit_on_timeout must be true or false"):
+        make_environment(TQ, forfeit_on_timeout="yes")
+
+
 def test_early_guesses_count_guesses_made_while_several_candidates_were_consistent():
     from mapo.envs.questioning.metrics import game_summary
 
