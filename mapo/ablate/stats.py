@@ -31,6 +31,8 @@ GAME_METRICS = (  # an environment's own figures (eval.json summary.figures), wh
     ("repeat_rate", "repeated questions (share of turns)"),
     ("invalid_rate", "invalid replies (share of turns)"),
     ("wrong_guesses", "wrong guesses per game"),
+    ("early_guesses", "guesses with 2+ candidates left, per game"),
+    ("stalled_turns", "turns not guessing the one candidate left, per game"),
 )
 DIALOGUE_METRICS = METRICS + HACKING_METRICS  # what one held-out dialogue has
 TRAINING_METRICS = (  # (key, column header): from each run's metrics.jsonl

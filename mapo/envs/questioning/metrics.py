@@ -9,7 +9,9 @@ the environment writes, kept in transcripts through its `transcript_keys`).
 - invalid_rate, repeat_rate: their share of all turns;
 - wrong_guesses: mean wrong guesses per dialogue;
 - early_guesses: mean guesses per dialogue made while two or more candidates were still
-  consistent (a blind guess; the reference players make none).
+  consistent (a blind guess; the reference players make none);
+- stalled_turns: mean replies per dialogue other than a guess made while one candidate was left
+  (the answer known and not given; the reference players make none).
 """
 
 from __future__ import annotations
@@ -19,19 +21,22 @@ from typing import Any
 
 QUESTION_KINDS = ("question", "repeat", "invalid")
 FIGURES = ("success_rate", "turns_to_success", "bits_per_question", "bits_mean", "invalid_rate", "repeat_rate", "wrong_guesses",
-           "early_guesses")
+           "early_guesses", "stalled_turns")
 GUESS_KINDS = ("guess_right", "guess_wrong")
 
 
-def _early_guesses(turns: Sequence[Mapping[str, Any]]) -> int:
-    """Guesses made while two or more candidates were consistent (each turn's `candidates_left` is
-    after the move; before the first it is the pool)."""
-    count, left = 0, None
+def _guess_timing(turns: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
+    """(guesses made while two or more candidates were consistent, other replies made while one
+    was): each turn's `candidates_left` is after the move; before the first it is the pool."""
+    early = stalled = 0
+    left = None
     for turn in turns:
         before = left if left is not None else turn.get("pool_size", 0)
-        count += turn["kind"] in GUESS_KINDS and before > 1
+        guessed = turn["kind"] in GUESS_KINDS
+        early += guessed and before > 1
+        stalled += not guessed and before == 1
         left = turn.get("candidates_left", before)
-    return count
+    return early, stalled
 
 
 def game_summary(dialogues: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
@@ -42,6 +47,7 @@ def game_summary(dialogues: Sequence[Mapping[str, Any]]) -> dict[str, float | No
     turns = [t for d in dialogues for t in d["turns"] if "kind" in t]
     solved = [d for d in dialogues if d.get("done_reason") == "success"]
     asked = [t for t in turns if t["kind"] in QUESTION_KINDS]
+    early, stalled = zip(*(_guess_timing([t for t in d["turns"] if "kind" in t]) for d in dialogues))
 
     def share(kind: str) -> float:
         return sum(t["kind"] == kind for t in turns) / len(turns) if turns else 0.0
@@ -54,19 +60,7 @@ def game_summary(dialogues: Sequence[Mapping[str, Any]]) -> dict[str, float | No
         "invalid_rate": share("invalid"),
         "repeat_rate": share("repeat"),
         "wrong_guesses": sum(t["kind"] == "guess_wrong" for t in turns) / len(dialogues),
-        "early_guesses": sum(_early_guesses([t for t in d["turns"] if "kind" in t]) for d in dialogues) / len(dialogues),
+        "early_guesses": sum(early) / len(dialogues),
+        "stalled_turns": sum(stalled) / len(dialogues),
     }
 
-
-def summary_line(figures: Mapping[str, float | None]) -> str:
-    """The figures as one line for a terminal."""
-
-    def show(key: str, fmt: str) -> str:
-        value = figures.get(key)
-        return "n/a" if value is None else format(value, fmt)
-
-    return (
-        f"success {show('success_rate', '.0%')}  turns to success {show('turns_to_success', '.2f')}  "
-        f"bits/question {show('bits_per_question', '.3f')}  invalid {show('invalid_rate', '.0%')}  "
-        f"repeated {show('repeat_rate', '.0%')}  wrong guesses {show('wrong_guesses', '.2f')}"
-    )

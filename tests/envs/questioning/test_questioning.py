@@ -404,6 +404,10 @@ def test_forfeit_on_timeout_takes_back_the_bits_of_a_game_that_never_guesses():
     assert idr_return(kept_d) == pytest.approx(3.0)  # every bit of the pool of 8, the solve bonus missed
     assert idr_return(gone_d) == pytest.approx(0.0) and gone_d[-1] == gone_d[0]
     assert [i["bits"] for i in gone] == [i["bits"] for i in kept]  # the information figures are unchanged
+    from mapo.envs.questioning.metrics import game_summary
+
+    # the pool of 8 is down to one candidate after 3 questions: the other 4 replies stall
+    assert game_summary([{"done_reason": "timeout", "turns": gone}])["stalled_turns"] == 4.0
     won, won_d, _ = play(TQ, scenario, lambda c: optimal.reply(c[1:]), forfeit_on_timeout=True)
     assert won[-1]["done_reason"] == "success" and idr_return(won_d) == pytest.approx(won_d[0])
     with pytest.raises(ValueError, match="forfeit_on_timeout must be true or false"):
@@ -419,3 +423,4 @@ def test_early_guesses_count_guesses_made_while_several_candidates_were_consiste
     solved, _, _ = play(TQ, scenario, lambda c: optimal.reply(c[1:]))
     figures = game_summary([{"done_reason": "success", "turns": blind}, {"done_reason": "success", "turns": solved}])
     assert figures["early_guesses"] == 0.5  # one blind guess over two games; the optimal player's is not
+    assert figures["stalled_turns"] == 0.0
