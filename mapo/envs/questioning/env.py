@@ -105,8 +105,8 @@ class QuestioningEnvironment:
                            ("forfeit_on_timeout", forfeit_on_timeout)):
             if not isinstance(flag, bool):
                 raise ValueError(f"{self.case_set}: {name} must be true or false, got {flag!r}")
-        self.forfeit_on_failure = forfeit_on_failure
-        self.forfeit_on_timeout = forfeit_on_timeout
+        # the endings whose rewards are taken back (the need returns to D_0)
+        self.forfeited = {reason for reason, on in (("failure", forfeit_on_failure), ("timeout", forfeit_on_timeout)) if on}
         self.wrong_guesses_allowed = wrong_guesses_allowed
         if wrong_guesses_allowed:  # the class's prompt states the default rule, one guess
             self.system_prompt = self.system_prompt.replace(
@@ -173,12 +173,10 @@ class QuestioningEnvironment:
             self.done_reason = "success"
         elif len(self.game.wrong_guesses) > self.wrong_guesses_allowed:
             self.done_reason = "failure"
-            if self.forfeit_on_failure:
-                distance = self.game.initial_distance()
         elif self.turn >= self.max_turns:
             self.done_reason = "timeout"
-            if self.forfeit_on_timeout:
-                distance = self.game.initial_distance()
+        if self.done_reason in self.forfeited:
+            distance = self.game.initial_distance()
         info = {
             "turn": self.turn,
             "kind": outcome.kind,

@@ -44,10 +44,11 @@ def game_summary(dialogues: Sequence[Mapping[str, Any]]) -> dict[str, float | No
     mapping with "kind" and "bits"); turns without a "kind" are not the game's and are skipped."""
     if not dialogues:
         raise ValueError("no dialogues to summarise")
-    turns = [t for d in dialogues for t in d["turns"] if "kind" in t]
+    per_dialogue = [[t for t in d["turns"] if "kind" in t] for d in dialogues]
+    turns = [t for game in per_dialogue for t in game]
     solved = [d for d in dialogues if d.get("done_reason") == "success"]
     asked = [t for t in turns if t["kind"] in QUESTION_KINDS]
-    early, stalled = zip(*(_guess_timing([t for t in d["turns"] if "kind" in t]) for d in dialogues))
+    early, stalled = zip(*map(_guess_timing, per_dialogue))
 
     def share(kind: str) -> float:
         return sum(t["kind"] == kind for t in turns) / len(turns) if turns else 0.0
