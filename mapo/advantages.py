@@ -12,6 +12,8 @@ The maths is DESIGN.md section 2:
 - `batch`: A = norm(r_{i,t}; every retained reward of the group, or of the whole
   batch with scope="batch"); None beyond T_min.
 - `mapo`:  alpha * turn + (1 - alpha) * batch.
+- `mapo_ragged`: MAPO without the T_min cut (not the paper's rule): turn t's statistics pool
+  the trajectories that reach t, the batch pool holds every turn; every turn is trained.
 - `grpo`:  norm(R_i; {R_j}) with R_i = sum_t r_{i,t}, on every turn (no T_min cut);
   `reinforce_pp` the same with statistics over the whole batch; `rloo`: R_i minus
   the mean of the others' R_j.
@@ -164,37 +166,39 @@ def _retained(group: PaddedGroup) -> np.ndarray:
     return keep
 
 
-def _turn_level(group: PaddedGroup, params: AdvantageParams) -> np.ndarray:
-    g = discounted_returns(group.rewards, params.gamma)[:, : group.t_min]
+def _turn_level(group: PaddedGroup, params: AdvantageParams, keep: np.ndarray) -> np.ndarray:
+    """norm(G_{i,t}; G_{j,t} of the kept trajectories at t), column by column; 0 where fewer than 2 are kept."""
+    g = discounted_returns(group.rewards, params.gamma)
     out = np.zeros_like(group.rewards)
-    out[:, : group.t_min] = normalise(g, g, params.eps, axis=0)
+    for t in range(g.shape[1]):
+        rows = keep[:, t]
+        if rows.sum() > 1:
+            out[rows, t] = normalise(g[rows, t], g[rows, t], params.eps)
     return out
 
 
-def _batch_level(groups: list[PaddedGroup], params: AdvantageParams) -> list[np.ndarray]:
-    retained = [grp.rewards[:, : grp.t_min] for grp in groups]
+def _batch_level(groups: list[PaddedGroup], params: AdvantageParams, keeps: list[np.ndarray]) -> list[np.ndarray]:
     use_batch = params.scope == "batch"
-    batch_pool = np.concatenate([r.ravel() for r in retained]) if use_batch else None
+    batch_pool = np.concatenate([grp.rewards[keep] for grp, keep in zip(groups, keeps)]) if use_batch else None
     batch_trajectories = sum(grp.rewards.shape[0] for grp in groups)
     out = []
-    for grp, r in zip(groups, retained):
+    for grp, keep in zip(groups, keeps):
         adv = np.zeros_like(grp.rewards)
         # A pool drawn from a single trajectory has nothing to compare against: 0 (the N = 1 rule).
         if (batch_trajectories if use_batch else grp.rewards.shape[0]) > 1:
-            adv[:, : grp.t_min] = normalise(r, batch_pool if use_batch else r.ravel(), params.eps)
+            pool = batch_pool if use_batch else grp.rewards[keep]
+            adv[keep] = normalise(grp.rewards[keep], pool, params.eps)
         out.append(adv)
     return out
 
 
-def _mixed(groups: list[PaddedGroup], params: AdvantageParams, alpha: float) -> EstimatorOutput:
-    turn = [_turn_level(grp, params) for grp in groups]
-    batch = _batch_level(groups, params)
+def _mixed(groups: list[PaddedGroup], params: AdvantageParams, alpha: float, ragged: bool = False) -> EstimatorOutput:
+    # ragged: every turn that exists is kept (no T_min cut); else the turns t <= T_min.
+    keeps = [grp.mask.copy() if ragged else _retained(grp) for grp in groups]
+    turn = [_turn_level(grp, params, keep) for grp, keep in zip(groups, keeps)]
+    batch = _batch_level(groups, params, keeps)
     mixed = [alpha * a_t + (1.0 - alpha) * a_b for a_t, a_b in zip(turn, batch)]
-    return EstimatorOutput(
-        advantages=mixed,
-        trained=[_retained(grp) for grp in groups],
-        components={"turn": turn, "batch": batch, "mixed": mixed},
-    )
+    return EstimatorOutput(advantages=mixed, trained=keeps, components={"turn": turn, "batch": batch, "mixed": mixed})
 
 
 def _outcomes(groups: list[PaddedGroup]) -> list[np.ndarray]:
@@ -222,6 +226,13 @@ def _outcome_normalised(groups: list[PaddedGroup], params: AdvantageParams, batc
 def mapo_estimator(groups: list[PaddedGroup], params: AdvantageParams) -> EstimatorOutput:
     """MAPO: alpha * turn-level + (1 - alpha) * batch-level, on turns t <= T_min."""
     return _mixed(groups, params, params.alpha)
+
+
+@register_estimator("mapo_ragged")
+def mapo_ragged_estimator(groups: list[PaddedGroup], params: AdvantageParams) -> EstimatorOutput:
+    """MAPO without the T_min cut: every turn is trained; the turn-level statistics at t pool the
+    trajectories that reach t, the batch-level pool every turn of the group (or batch)."""
+    return _mixed(groups, params, params.alpha, ragged=True)
 
 
 @register_estimator("turn")

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from mapo.advantages import ESTIMATORS, compute_batch, compute_group, register_estimator, returns
 
 EPS = 1e-6
-NAMES = ("mapo", "turn", "batch", "grpo", "reinforce_pp", "rloo")
+NAMES = ("mapo", "mapo_ragged", "turn", "batch", "grpo", "reinforce_pp", "rloo")
 
 # The running example: three trajectories of unequal length, gamma = 1.
 #   rewards   r0 = [1, 0, 2]     r1 = [0, 1]     r2 = [2, 2, 0, 1]       T_min = 2
@@ -66,6 +66,25 @@ def test_mapo_alpha_half_by_hand():
     assert got[0][1] == pytest.approx(-0.612372, abs=1e-6)
     assert got[1][0] == pytest.approx(-1.224744, abs=1e-6)
     assert got[0][2] is None and got[2][2:] == [None, None]
+
+
+def test_mapo_ragged_trains_every_turn_by_hand():
+    # No T_min cut. Turn 3: G = {2 (traj 0), 1 (traj 2)}, mean 1.5, std 0.5 -> +-K3; turn 4 has one
+    # trajectory left -> 0. Batch pool = all 9 rewards {1,0,2, 0,1, 2,2,0,1}: mean 1, var 6/9 -> K2 again.
+    k3 = 0.5 / (0.5 + EPS)
+    turn = [[0.0, 0.0, k3], [-K1, -K2], [K1, K2, -k3, 0.0]]
+    batch = [[0.0, -K2, K2], [-K2, 0.0], [K2, K2, -K2, 0.0]]
+    got, parts = compute_group("mapo_ragged", GROUP, alpha=0.25, return_components=True)
+    assert_nested(parts["turn"], turn)
+    assert_nested(parts["batch"], batch)
+    assert_nested(got, [[0.25 * a + 0.75 * b for a, b in zip(rt, rb)] for rt, rb in zip(turn, batch)])
+
+
+def test_mapo_ragged_is_mapo_when_lengths_are_equal():
+    group = [[1.0, 0.5, 2.0], [0.0, 1.0, 1.5], [2.0, 2.0, 0.0]]
+    assert_nested(compute_group("mapo_ragged", group), compute_group("mapo", group))
+    assert_nested(compute_group("mapo_ragged", [group[0]] * 2 + [group[1]], scope="batch"),
+                  compute_group("mapo", [group[0]] * 2 + [group[1]], scope="batch"))
 
 
 def test_grpo_uses_outcome_on_every_turn():
@@ -199,7 +218,7 @@ def test_bad_rewards_are_named(rewards, message):
 
 
 def test_unknown_estimator_lists_registered():
-    with pytest.raises(ValueError, match=r"unknown advantage estimator 'ppo'.*batch, grpo, mapo, reinforce_pp, rloo, turn"):
+    with pytest.raises(ValueError, match=r"unknown advantage estimator 'ppo'.*batch, grpo, mapo, mapo_ragged, reinforce_pp, rloo, turn"):
         compute_group("ppo", GROUP)
 
 
