@@ -44,9 +44,10 @@ TRAINING_METRICS = (  # (key, column header): from each run's metrics.jsonl
     ("grad_norm_max", "grad norm, largest step"),
     ("grad_norm_peak_ratio", "largest / median"),
 )
-SPEED_METRICS = (("steps_to_half", "steps to half the best final success"),)
+SPEED_METRICS = (("steps_to_half", "steps to half the best final success"),
+                 ("steps_to_half_gain", "steps to half the best gain over the start"))
 LOWER_IS_BETTER = frozenset(HACKING_LABELS) - HACKING_HIGHER_IS_BETTER | {
-    "truncated_pct", "repeat_rate", "invalid_rate", "wrong_guesses", "steps_to_half"}
+    "truncated_pct", "repeat_rate", "invalid_rate", "wrong_guesses", "steps_to_half", "steps_to_half_gain"}
 PAIRED_REFERENCE = "mapo-idr"
 
 
@@ -110,18 +111,21 @@ def steps_to_reach(series: Sequence[float], target: float, window: int = 3) -> i
 
 
 def steps_to_half(success: dict[str, Sequence[float]], final: dict[str, float | None], steps: int,
-                  variant_of: dict[str, str]) -> dict[str, float]:
+                  variant_of: dict[str, str], start: float = 0.0) -> dict[str, float]:
     """Per unit: the steps its training success (env_success_rate per step, 0-1) needs to reach half
-    the best variant's final held-out success (`final`: a unit's held-out success in %, averaged per
-    variant). A run that never reaches it counts as `steps` + 1 (censored: the figure is then a
-    lower bound, which is why the report says how many were). Empty when nothing was evaluated."""
+    the way from `start` to the best variant's final held-out success (`final`: a unit's held-out
+    success in %, averaged per variant; `start` in % too: 0 for half the best success, the untrained
+    policy's for half the best gain, the figure that still moves from a warm start). A run that never
+    reaches it counts as `steps` + 1 (censored: the figure is then a lower bound, which is why the
+    report says how many were). Empty when nothing was evaluated or no variant beat `start`."""
     by_variant: dict[str, list[float]] = {}
     for unit, value in final.items():
         if value is not None and unit in variant_of:
             by_variant.setdefault(variant_of[unit], []).append(value)
-    if not by_variant:
+    best = max((float(np.mean(v)) for v in by_variant.values()), default=None)
+    if best is None or best <= start:
         return {}
-    target = 0.5 * max(float(np.mean(v)) for v in by_variant.values()) / 100.0
+    target = (start + 0.5 * (best - start)) / 100.0
     return {unit: float(steps_to_reach(series, target) or steps + 1) for unit, series in success.items()}
 
 

@@ -193,9 +193,12 @@ def test_steps_to_half_reads_a_trailing_mean_against_the_best_variants_final_suc
     variant_of = {"mapo-idr-s0": "mapo-idr", "mapo-idr-s1": "mapo-idr", "grpo-idr-s0": "grpo-idr"}
     assert steps_to_half(success, finals, 4, variant_of) == {"mapo-idr-s0": 4.0, "grpo-idr-s0": 5.0, "mapo-idr-s1": 3.0}
     assert steps_to_half(success, {}, 4, variant_of) == {}
+    # half the gain from a 10 % start to the best 50 %: target 0.30
+    assert steps_to_half(success, finals, 4, variant_of, start=10.0) == {"mapo-idr-s0": 4.0, "grpo-idr-s0": 5.0, "mapo-idr-s1": 3.0}
+    assert steps_to_half(success, finals, 4, variant_of, start=60.0) == {}  # nothing beat the start: no target
 
 
-GAME_FINALS = {"base": 10.0, "mapo-idr-s0": 50.0, "mapo-idr-s1": 30.0, "grpo-idr-s0": 20.0, "grpo-idr-s1": 10.0}
+GAME_FINALS = {"base": 20.0, "mapo-idr-s0": 50.0, "mapo-idr-s1": 30.0, "grpo-idr-s0": 20.0, "grpo-idr-s1": 10.0}
 
 
 def write_game_ablation(tmp_path: Path, finals: dict[str, float]) -> AblationPlan:
@@ -228,6 +231,9 @@ def test_a_game_ablation_reports_game_figures_speed_and_a_success_curve(tmp_path
     speed = json.loads((tmp_path / "ablation.json").read_text())["tables"]["Speed of learning: mean ± sample std over seeds"]
     # target: half of mapo's 40 % = 0.2; mapo-s0 reaches it at step 3 (mean of 0, .25, .5), the others never (4)
     assert [r["metrics"]["steps_to_half"]["values"] for r in speed] == [[3.0, 4.0], [4.0, 4.0]]
+    # half the gain from base's 20 % to 40 %: target 0.30, which no run's trailing mean meets (all censored)
+    assert [r["metrics"]["steps_to_half_gain"]["values"] for r in speed] == [[4.0, 4.0], [4.0, 4.0]]
+    assert "(a lower bound; 3 and 4 run(s) here)" in markdown
     assert "Paired by seed with mapo-idr: speed of learning" in markdown and (tmp_path / "curves.png").stat().st_size > 0
 
 
