@@ -48,13 +48,15 @@ def _digits(value: float) -> int:
     return 1 if abs(value) >= 10 else 3
 
 
-def format_cell(stats: dict[str, Any]) -> str:
-    """"mean ± std" (or the mean alone with one value; "–" with none)."""
+def format_cell(stats: dict[str, Any], seeds: int | None = None) -> str:
+    """"mean ± std" (or the mean alone with one value; "–" with none), and "(n of `seeds`)" when
+    fewer of the row's seeds have the figure (an evaluation written before it existed)."""
     if stats["mean"] is None:
         return "–"
     digits = _digits(stats["mean"])
     text = f"{stats['mean']:.{digits}f}"
-    return text if stats["std"] is None else f"{text} ± {stats['std']:.{digits}f}"
+    text = text if stats["std"] is None else f"{text} ± {stats['std']:.{digits}f}"
+    return text if seeds is None or stats["n"] >= seeds else f"{text} ({stats['n']} of {seeds} seeds)"
 
 
 def interval_cell(stats: dict[str, Any]) -> str:
@@ -77,7 +79,7 @@ def to_markdown(rows: Sequence[dict[str, Any]], metrics: Sequence[tuple[str, str
 def summary_table(title: str, rows: Sequence[dict[str, Any]], metrics: Sequence[tuple[str, str]], note: str = "") -> Table:
     """Rows of `aggregate_rows`: variant, seeds, mean ± std per metric."""
     cells = [[r["variant"], "–" if r["variant"] == "base" else str(len(r["seeds"])),
-              *(format_cell(r["metrics"][k]) for k, _ in metrics)] for r in rows]
+              *(format_cell(r["metrics"][k], len(r["seeds"]) or None) for k, _ in metrics)] for r in rows]
     return Table(title, ["variant", "seeds", *(t for _, t in metrics)], cells, note, data=list(rows))
 
 
