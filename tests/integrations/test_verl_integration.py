@@ -129,6 +129,7 @@ def _by_row(uids, per_turn, name: str, **params):
         ("mapo", "mapo", {}),
         ("mapo_turn", "turn", {}),
         ("mapo_batch", "batch", {"eps": 1e-4}),
+        ("mapo_ragged", "mapo_ragged", {}),
     ],
 )
 def test_registered_estimator_equals_compute_group_token_by_token(verl_name, mapo_name, section) -> None:
@@ -532,7 +533,7 @@ def test_verl_alone_loads_mapo_through_its_plugin_entry_point(tmp_path) -> None:
                               env={**env, "VERL_USE_EXTERNAL_PLUGINS": policy}, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
         seen[policy] = proc.stdout.strip().splitlines()[-1]
-    assert seen["auto"] == "['mapo', 'mapo_batch', 'mapo_turn'] True True"
+    assert seen["auto"] == "['mapo', 'mapo_batch', 'mapo_ragged', 'mapo_turn'] True True"
     assert seen["none"] == "[] False False"
 
 

@@ -4,7 +4,7 @@ Install with mapo's `verl` extra (verl 0.9.1): `pip install -e '.[verl]'` in a c
 `pip install 'dist/mapo_rl-<version>-py3-none-any.whl[verl]'` for a built wheel (docs/verl.md). Importing this package
 registers, in verl's own registries:
 
-- advantage estimators `mapo`, `mapo_turn`, `mapo_batch` (`algorithm.adv_estimator=mapo`);
+- advantage estimators `mapo`, `mapo_turn`, `mapo_batch`, `mapo_ragged` (`algorithm.adv_estimator=mapo`);
 - the agent loop `mapo_dialogue`, which plays a mapo environment against verl's
   rollout servers and puts each turn's reward on that turn's last token.
 

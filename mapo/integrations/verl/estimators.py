@@ -11,7 +11,7 @@ to `mapo.advantages.compute_batch`, and every token of turn t gets A_{i,t}; turn
 beyond the group's T_min get 0.
 
 Registered names (`algorithm.adv_estimator=...`): `mapo` (mixed), `mapo_turn`
-(alpha = 1), `mapo_batch` (alpha = 0). `algorithm.gamma` is the discount; mapo's
+(alpha = 1), `mapo_batch` (alpha = 0), `mapo_ragged` (mixed, without the T_min cut). `algorithm.gamma` is the discount; mapo's
 own knobs go under `algorithm.mapo` (add them with Hydra's `+`):
 `+algorithm.mapo.alpha=0.5 +algorithm.mapo.eps=1e-6 +algorithm.mapo.scope=group`.
 
@@ -31,7 +31,7 @@ from verl.trainer.ppo.core_algos import register_adv_est
 from mapo.advantages import PARAM_NAMES, compute_batch, returns
 
 # verl name -> mapo.advantages estimator name
-ESTIMATOR_NAMES: dict[str, str] = {"mapo": "mapo", "mapo_turn": "turn", "mapo_batch": "batch"}
+ESTIMATOR_NAMES: dict[str, str] = {"mapo": "mapo", "mapo_turn": "turn", "mapo_batch": "batch", "mapo_ragged": "mapo_ragged"}
 CONFIG_KEY = "mapo"  # algorithm.mapo.{alpha, eps, scope}
 PARAM_KEYS = tuple(k for k in PARAM_NAMES if k != "gamma")  # gamma is verl's own algorithm.gamma
 
