@@ -1,6 +1,6 @@
 """The ablation's outputs, from whatever units have finished: ablation.md and ablation.html (the
-tables: mean ± std per variant, the differences to mapo-idr with 95 % intervals paired by seed and
-by dialogue, the reward-hacking monitor, the outside benchmarks, training; transcript excerpts;
+tables: mean ± std per variant, the differences to mapo-idr (and to any variant named with
+--paired-with) with 95 % intervals paired by seed and by dialogue, the reward-hacking monitor, the outside benchmarks, training; transcript excerpts;
 the curves), ablation.json (every figure behind them) and curves.png."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -97,9 +98,9 @@ def _reference_note(references: dict[str, Any]) -> str:
     return ("Reference players on the same held-out games: " + "; ".join(parts) + ".") if parts else ""
 
 
-def build_tables(plan: AblationPlan, measured: Measured) -> list[Table]:
-    """The report's tables in reading order (the excerpts apart)."""
-    ref = PAIRED_REFERENCE
+def build_tables(plan: AblationPlan, measured: Measured, paired_with: Sequence[str] = ()) -> list[Table]:
+    """The report's tables in reading order (the excerpts apart): the paired ones against mapo-idr,
+    then against each variant of `paired_with`."""
     benched = [v for v in plan.variants if v in plan.benchmarks.targets]
     tables = [
         summary_table("Held-out evaluation: mean ± sample std over seeds", aggregate_rows(measured.evals, plan), METRICS),
@@ -131,8 +132,15 @@ def build_tables(plan: AblationPlan, measured: Measured) -> list[Table]:
             f"A run that never does counts as {plan.steps + 1} (a lower bound; {censored[0]} and {censored[1]} run(s) here)."))
     tables.append(summary_table("Wall time per run on this machine (s): mean ± sample std over seeds",
                                 aggregate_rows(measured.seconds, plan, SECONDS), SECONDS))
-    if ref not in plan.variants:
-        return tables
+    for ref in dict.fromkeys([PAIRED_REFERENCE, *paired_with]):
+        if ref in plan.variants:
+            tables += _paired_tables(plan, measured, ref, game, benched)
+    return tables
+
+
+def _paired_tables(plan: AblationPlan, measured: Measured, ref: str, game: bool, benched: list[str]) -> list[Table]:
+    """Every variant (and the base) minus `ref`: by seed (t intervals), then by held-out dialogue."""
+    tables = []
     per_unit = measured.per_unit()
     everyone = {"base", *plan.variants}
     by_seed = [  # (title, metrics, the variants that have them)
@@ -145,12 +153,12 @@ def build_tables(plan: AblationPlan, measured: Measured) -> list[Table]:
         (f"Paired by seed with {ref}: training", PAIRED_TRAINING, set(plan.variants)),
     ]
     for title, metrics, having in by_seed:
-        rows = [r for r in paired_rows(per_unit, plan, metrics=metrics) if r["variant"] in having]
-        tables.append(paired_table(title, rows, metrics))
+        rows = [r for r in paired_rows(per_unit, plan, ref, metrics) if r["variant"] in having]
+        tables.append(paired_table(title, rows, metrics, ref))
     for title, metrics in ((f"Paired by held-out dialogue with {ref}: held-out evaluation", METRICS),
                            (f"Paired by held-out dialogue with {ref}: reward-hacking monitor (per dialogue)",
                             HACKING_METRICS)):
-        tables.append(dialogue_table(title, paired_dialogue_rows(measured.dialogues, plan, metrics=metrics), metrics))
+        tables.append(dialogue_table(title, paired_dialogue_rows(measured.dialogues, plan, ref, metrics), metrics, ref))
     return tables
 
 
@@ -162,12 +170,16 @@ def _plan_line(plan: AblationPlan) -> str:
     return line
 
 
-def write_outputs(out: Path, plan: AblationPlan) -> Path:
-    """ablation.{json,md,html} and curves.png from whatever units have finished; returns ablation.md."""
+def write_outputs(out: Path, plan: AblationPlan, paired_with: Sequence[str] = ()) -> Path:
+    """ablation.{json,md,html} and curves.png from whatever units have finished; returns ablation.md.
+    `paired_with`: variants to pair every other with, beside mapo-idr."""
     from mapo.evaluate.html import esc, page
 
     measured = measure(out, plan)
-    tables = build_tables(plan, measured)
+    strays = [v for v in paired_with if v not in plan.variants]
+    if strays:
+        raise ValueError(f"--paired-with {', '.join(strays)}: not a variant of this plan ({', '.join(plan.variants)})")
+    tables = build_tables(plan, measured, paired_with)
     picked = pick_dialogues(measured.dialogues, plan)
     excerpts = excerpt_tables(picked, measured.transcripts, plan)
     missing = [u.name for u in plan.units() if u.name not in measured.evals]

@@ -40,6 +40,10 @@ def ablate(
         bool, typer.Option("--report", help="With --resume: write the tables and curves from the units finished so far "
                            "and run nothing (a study cut short, or read while it runs).")
     ] = False,
+    paired_with: Annotated[
+        Optional[list[str]], typer.Option("--paired-with", help="With --report: also pair every variant with this one "
+                                          "(repeatable; mapo-idr always is), by seed and by held-out dialogue.")
+    ] = None,
     set_: SetOpt = None,
 ) -> None:
     """Train every estimator/reward variant with several seeds under one rollout budget, evaluate all
@@ -52,6 +56,8 @@ def ablate(
     from mapo.run_folder import new_run_dir
 
     try:
+        if paired_with and not report:
+            raise ValueError("--paired-with goes with --report (the tables of a finished or cut ablation)")
         if resume is not None:
             if quick or plan_name or bench_data or variant or seeds or steps or output or set_:
                 raise ValueError("--resume continues an ablation with its own plan.json; drop the other plan options")
@@ -65,7 +71,7 @@ def ablate(
             plan = plan_for(name, variant, seeds, steps, set_ or (), str(bench_data) if bench_data else None)
             folder = output or new_run_dir("runs", "ablate" if name == "default" else f"ablate-{name}")
         if report:
-            md = write_outputs(folder, plan)
+            md = write_outputs(folder, plan, paired_with or ())
         else:
             typer.echo(f"Ablation ({plan.name} plan): {len(plan.units())} runs ({', '.join(plan.variants)} x seeds {plan.seeds}) "
                        f"+ base; {plan.steps} steps each; folder {folder}")

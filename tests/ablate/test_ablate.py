@@ -312,6 +312,18 @@ def test_cli_report_writes_the_tables_of_the_finished_units_and_runs_nothing(tmp
     assert not (tmp_path / "runs" / "grpo-idr-s1").exists()  # nothing was trained
     result = CliRunner().invoke(app, ["ablate", "--report"])
     assert result.exit_code == 2 and "--resume" in result.output
+    # pairing with another variant adds its tables; mapo-idr's stay
+    result = CliRunner().invoke(app, ["ablate", "--resume", str(tmp_path), "--report", "--paired-with", "grpo-idr"])
+    assert result.exit_code == 0, result.output
+    tables = json.loads((tmp_path / "ablation.json").read_text())["tables"]
+    (row,) = [r for r in tables["Paired by seed with grpo-idr: held-out evaluation"] if r["variant"] == "mapo-idr"]
+    assert row["seeds"] == [0] and row["metrics"]["pass_rate"]["mean"] == pytest.approx(50.0 - 20.0)  # grpo-idr-s1 never finished
+    assert "Paired by seed with mapo-idr: held-out evaluation" in tables
+    assert "Paired by held-out dialogue with grpo-idr: held-out evaluation" in tables
+    for args, message in ((["--paired-with", "rloo-idr"], "not a variant of this plan"), ([], "goes with --report")):
+        extra = ["--report"] if args else ["--paired-with", "grpo-idr"]
+        result = CliRunner().invoke(app, ["ablate", "--resume", str(tmp_path), *extra, *args])
+        assert result.exit_code == 2 and message in result.output, result.output
 
 
 def test_cli_resume_takes_no_plan_options(tmp_path):
