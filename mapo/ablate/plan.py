@@ -329,6 +329,22 @@ def game_forfeit_plan() -> AblationPlan:
     return plan
 
 
+# The game with a timed-out game forfeited too (`forfeit_on_timeout`): with lost games alone
+# forfeited, a policy that narrows the pool to one candidate and never names it keeps 3 of 4 bits,
+# and one seed of each estimator learned to (docs/results.md, 2026-11-26); now only a solve pays.
+GAME_TIMEOUT_OPTIONS = {**GAME_FORFEIT_OPTIONS, "forfeit_on_timeout": True}
+
+
+def game_timeout_plan() -> AblationPlan:
+    """The game-forfeit plan with a game that runs out of turns unsolved forfeited as a lost one."""
+    plan = game_forfeit_plan()
+    plan.train = [("env.options={pool_size: 8, show_candidates: true, forfeit_on_failure: true, forfeit_on_timeout: true}"
+                   if setting.startswith("env.options=") else setting) for setting in plan.train]
+    plan.eval.env_options = dict(GAME_TIMEOUT_OPTIONS)
+    plan.name = "game-timeout"
+    return plan
+
+
 # Empathy from the warm start (issue #28, part 2): MAPO against GRPO from a `mapo sft` checkpoint
 # given on the command line (`--set policy.model=<sft output>/final`), 5 seeds, one scenario x 8
 # dialogues x 8 turns a step, the default run's whole replies, 30 steps; held-out as the study's
@@ -365,6 +381,7 @@ PLANS.add("quick", quick_plan)
 PLANS.add("study", study_plan)
 PLANS.add("game", game_plan)
 PLANS.add("game-forfeit", game_forfeit_plan)
+PLANS.add("game-timeout", game_timeout_plan)
 PLANS.add("empathy-warm", empathy_warm_plan)
 
 

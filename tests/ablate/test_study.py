@@ -58,11 +58,16 @@ def test_the_study_plan_trains_long_whole_replies_on_one_budget_and_evaluates_th
 
 
 def test_plans_are_named_in_a_registry_a_user_can_extend():
-    assert {"default", "quick", "study", "game", "game-forfeit", "empathy-warm"} <= set(PLANS.names())
+    assert {"default", "quick", "study", "game", "game-forfeit", "game-timeout", "empathy-warm"} <= set(PLANS.names())
     game, forfeit, warm = plan_for("game"), plan_for("game-forfeit"), plan_for("empathy-warm")
     assert "env.options={pool_size: 8, show_candidates: true}" in game.train and game.eval.env_options["show_candidates"]
     assert "forfeit_on_failure" not in game.eval.env_options and forfeit.eval.env_options["forfeit_on_failure"]
     assert [s for s in forfeit.train if "forfeit_on_failure: true" in s] and forfeit.steps == game.steps
+    timeout = plan_for("game-timeout")
+    assert timeout.eval.env_options == {**forfeit.eval.env_options, "forfeit_on_timeout": True}
+    assert [s for s in timeout.train if "forfeit_on_timeout: true" in s] and timeout.variants == forfeit.variants
+    from mapo.config import load_config
+    assert load_config(None, timeout.train).env.options["forfeit_on_timeout"] is True
     assert warm.variants == ["mapo-idr", "grpo-idr"] and len(warm.seeds) == 5 and warm.steps >= 30
     assert "rollout.samples_per_scenario=8" in warm.train and "rollout.max_turns=8" in warm.train
     assert plan_for("default") == AblationPlan() and not plan_for("default").benchmarks.targets
