@@ -1,7 +1,8 @@
 """The ablation's outputs, from whatever units have finished: ablation.md and ablation.html (the
 tables: mean ± std per variant, the differences to mapo-idr (and to any variant named with
---paired-with) with 95 % intervals paired by seed and by dialogue, the reward-hacking monitor, the outside benchmarks, training; transcript excerpts;
-the curves), ablation.json (every figure behind them) and curves.png."""
+--paired-with) with 95 % intervals paired by seed and by dialogue, the reward-hacking monitor,
+the outside benchmarks, training; transcript excerpts; the curves), ablation.json (every figure
+behind them) and curves.png."""
 
 from __future__ import annotations
 

@@ -22,9 +22,10 @@ def ablate(
     plan_name: Annotated[
         Optional[str], typer.Option("--plan", help="A named plan: default, quick, study (the learning study: 4 estimators x 5 seeds, "
                                     "6-turn dialogues, benchmarks), game (the questioning game: 6 variants x 5 seeds from a warm start "
-                                    "given by --set policy.model=...), game-forfeit (mapo, grpo and mapo_ragged x 3 seeds, a lost game scored "
-                                    "as no progress), game-timeout (the same with a timed-out game lost too), empathy-warm (mapo and grpo x 5 seeds from an SFT checkpoint given "
-                                    "the same way), or a plug-in's (mapo.ablate.PLANS).")
+                                    "given by --set policy.model=...), game-forfeit (mapo, grpo and mapo_ragged x 3 seeds, "
+                                    "a lost game scored as no progress), game-timeout (the same with a timed-out game lost too), "
+                                    "empathy-warm (mapo and grpo x 5 seeds from an SFT checkpoint given the same way), or a "
+                                    "plug-in's (mapo.ablate.PLANS).")
     ] = None,
     bench_data: Annotated[
         Optional[Path], typer.Option("--bench-data", help="Folder with eqbench/ and emobench/ (the authors' files) for plans "
