@@ -316,14 +316,19 @@ def game_plan() -> AblationPlan:
 GAME_FORFEIT_OPTIONS = {"pool_size": 8, "show_candidates": True, "forfeit_on_failure": True}
 
 
+def _with_env_options(train: list[str], options: dict[str, Any]) -> list[str]:
+    """The training settings with their `env.options=` setting replaced by `options` (YAML flow)."""
+    flow = ", ".join(f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in options.items())
+    return [f"env.options={{{flow}}}" if setting.startswith("env.options=") else setting for setting in train]
+
+
 def game_forfeit_plan() -> AblationPlan:
     """MAPO, GRPO and MAPO without the T_min cut on IDR, 3 seeds, on the questioning game with lost
     games forfeited (the third came after the first two: MAPO's cut left half the guesses untrained)."""
     plan = game_plan()
     plan.variants = ["mapo-idr", "grpo-idr", "mapo_ragged-idr"]
     plan.seeds = [0, 1, 2]
-    plan.train = [("env.options={pool_size: 8, show_candidates: true, forfeit_on_failure: true}"
-                   if setting.startswith("env.options=") else setting) for setting in GAME_TRAIN]
+    plan.train = _with_env_options(plan.train, GAME_FORFEIT_OPTIONS)
     plan.eval.env_options = dict(GAME_FORFEIT_OPTIONS)
     plan.name = "game-forfeit"
     return plan
@@ -338,8 +343,7 @@ GAME_TIMEOUT_OPTIONS = {**GAME_FORFEIT_OPTIONS, "forfeit_on_timeout": True}
 def game_timeout_plan() -> AblationPlan:
     """The game-forfeit plan with a game that runs out of turns unsolved forfeited as a lost one."""
     plan = game_forfeit_plan()
-    plan.train = [("env.options={pool_size: 8, show_candidates: true, forfeit_on_failure: true, forfeit_on_timeout: true}"
-                   if setting.startswith("env.options=") else setting) for setting in plan.train]
+    plan.train = _with_env_options(plan.train, GAME_TIMEOUT_OPTIONS)
     plan.eval.env_options = dict(GAME_TIMEOUT_OPTIONS)
     plan.name = "game-timeout"
     return plan

@@ -176,10 +176,10 @@ def write_outputs(out: Path, plan: AblationPlan, paired_with: Sequence[str] = ()
     `paired_with`: variants to pair every other with, beside mapo-idr."""
     from mapo.evaluate.html import esc, page
 
-    measured = measure(out, plan)
     strays = [v for v in paired_with if v not in plan.variants]
     if strays:
         raise ValueError(f"--paired-with {', '.join(strays)}: not a variant of this plan ({', '.join(plan.variants)})")
+    measured = measure(out, plan)
     tables = build_tables(plan, measured, paired_with)
     picked = pick_dialogues(measured.dialogues, plan)
     excerpts = excerpt_tables(picked, measured.transcripts, plan)
