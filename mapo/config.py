@@ -128,6 +128,7 @@ class TrainConfig:
     threads: int | str | None = None  # torch CPU threads; None = every usable core; "idle" = the cores the load average leaves idle
     checkpoint_every: int = 5  # steps; the last step is always checkpointed
     keep_checkpoints: int = 2
+    keep_every: int = 0  # steps; checkpoints at its multiples are also written and never pruned (0 = none)
     transcripts_every: int = 1  # steps; 0 = never
     report_to: list[str] = field(default_factory=list)  # experiment trackers: tensorboard, wandb, mlflow (mapo.tracking)
     # the embedded default adapts SmolLM2's top 12 layers: the backward pass stops there (~40% faster updates)
@@ -145,8 +146,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.steps < 1:
             raise ValueError(f"steps must be at least 1, got {self.steps}")
-        if self.checkpoint_every < 1 or self.keep_checkpoints < 1 or self.transcripts_every < 0:
-            raise ValueError("checkpoint_every and keep_checkpoints must be >= 1, transcripts_every >= 0")
+        if self.checkpoint_every < 1 or self.keep_checkpoints < 1 or self.transcripts_every < 0 or self.keep_every < 0:
+            raise ValueError("checkpoint_every and keep_checkpoints must be >= 1, transcripts_every and keep_every >= 0")
         check_threads(self.threads, "threads")
         from mapo.tracking import validate_names
 

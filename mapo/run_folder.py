@@ -26,6 +26,14 @@ from typing import Any
 _CHECKPOINT = re.compile(r"^step-(\d{6,})$")
 
 
+def checkpoint_step(folder: Path) -> int:
+    """The step a checkpoint folder (`step-NNNNNN`) holds."""
+    match = _CHECKPOINT.match(folder.name)
+    if match is None:
+        raise ValueError(f"{folder}: not a checkpoint folder (step-NNNNNN)")
+    return int(match.group(1))
+
+
 def new_run_dir(root: str | Path, name: str) -> Path:
     """`root/<name>-YYYYmmdd-HHMMSS` (with a suffix if that exists already), created."""
     base = Path(root) / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -87,8 +95,9 @@ class RunFolder:
     def checkpoint_dir(self, step: int) -> Path:
         return self.checkpoints / f"step-{step:06d}"
 
-    def save_checkpoint(self, step: int, write: Callable[[Path], None], keep: int) -> Path:
-        """Write via `write(tmp_folder)`, rename into place, keep the newest `keep`."""
+    def save_checkpoint(self, step: int, write: Callable[[Path], None], keep: int, keep_every: int = 0) -> Path:
+        """Write via `write(tmp_folder)`, rename into place, keep the newest `keep` and every one whose
+        step is a multiple of `keep_every` (> 0)."""
         target = self.checkpoint_dir(step)
         tmp = self.checkpoints / f".tmp-{target.name}-{os.getpid()}"
         if tmp.exists():
@@ -99,7 +108,8 @@ class RunFolder:
             shutil.rmtree(target)
         os.replace(tmp, target)
         for old in self.list_checkpoints()[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+            if not (keep_every and checkpoint_step(old) % keep_every == 0):
+                shutil.rmtree(old, ignore_errors=True)
         return target
 
     def discard_partial_checkpoints(self) -> None:
@@ -111,8 +121,7 @@ class RunFolder:
     def list_checkpoints(self) -> list[Path]:
         if not self.checkpoints.is_dir():
             return []
-        found = [(int(m.group(1)), p) for p in self.checkpoints.iterdir() if (m := _CHECKPOINT.match(p.name))]
-        return [p for _, p in sorted(found)]
+        return sorted((p for p in self.checkpoints.iterdir() if _CHECKPOINT.match(p.name)), key=checkpoint_step)
 
     def latest_checkpoint(self) -> Path | None:
         found = self.list_checkpoints()

@@ -108,7 +108,7 @@ class Trainer:
             # e.g. RAPO's EMA teacher
             write_trainer_state(folder, self.step, self.optimizer, **{m.name: m.state_dict() for m in self.methods})
 
-        return run.save_checkpoint(self.step, write, keep=self.config.keep_checkpoints)
+        return run.save_checkpoint(self.step, write, keep=self.config.keep_checkpoints, keep_every=self.config.keep_every)
 
     def load_checkpoint(self, run: RunFolder, folder: Path) -> None:
         """Restore weights, optimizer, RNG and step; drop the run's log lines written after it."""
@@ -328,7 +328,8 @@ class Trainer:
                 self.step += 1
                 run.log_metrics(metrics)
                 tracking.log(metrics, self.step)
-                if self.step % cfg.checkpoint_every == 0 or self.step == cfg.steps:
+                kept = cfg.keep_every and self.step % cfg.keep_every == 0
+                if self.step % cfg.checkpoint_every == 0 or kept or self.step == cfg.steps:
                     self.save_checkpoint(run)
                 advance(
                     1,

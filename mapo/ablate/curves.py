@@ -1,6 +1,7 @@
 """The ablation's training curves (curves.png): mean per-turn reward and pre-clip gradient norm per
-step for every variant, mean ± std over its seeds, and the training success rate where the
-environment reports one (the questioning game's `env_success_rate`)."""
+step for every variant, mean ± std over its seeds, the training success rate where the
+environment reports one (the questioning game's `env_success_rate`), and the held-out success at
+each check where the plan has a held-out curve (AblationPlan.curve)."""
 
 from __future__ import annotations
 
@@ -13,21 +14,29 @@ from mapo.ablate.plan import VARIANTS, AblationPlan
 from mapo.ablate.state import run_metrics
 
 
-def curves(out: Path, plan: AblationPlan) -> dict[str, dict[str, list[list[float]]]]:
+def curves(out: Path, plan: AblationPlan, heldout: dict[str, dict[int, float]] | None = None,
+           ) -> dict[str, dict[str, list[list[float]]]]:
     """{variant: {metric: [per-seed series]}} of reward_mean, grad_norm (pre-clip) and, where logged,
-    env_success_rate per step."""
+    env_success_rate per step (series index 0 = step 1); `heldout` ({unit: {step: success %}}) adds
+    the held-out success per step from 0, NaN between checks."""
     found: dict[str, dict[str, list[list[float]]]] = {}
     for unit, rows in run_metrics(out, plan).items():
-        keys = [k for k in PANELS if k != SUCCESS or (rows and SUCCESS in rows[0])]
+        keys = [k for k in PANELS if k not in (SUCCESS, HELDOUT) or (k == SUCCESS and rows and SUCCESS in rows[0])]
         entry = found.setdefault(unit.variant, {})
         for key in keys:
             entry.setdefault(key, []).append([float(m.get(key, float("nan"))) for m in rows])
+    for unit in plan.units():
+        points = (heldout or {}).get(unit.name)
+        if points:
+            series = [points.get(step, float("nan")) for step in range(plan.steps + 1)]
+            found.setdefault(unit.variant, {}).setdefault(HELDOUT, []).append(series)
     return found
 
 
 SUCCESS = "env_success_rate"
+HELDOUT = "heldout_success"
 PANELS = {"reward_mean": "mean per-turn reward", "grad_norm": "gradient norm before clipping",
-          SUCCESS: "training success rate (own rollouts)"}
+          SUCCESS: "training success rate (own rollouts)", HELDOUT: "held-out success (%) at each check"}
 
 
 def plot_curves(series: dict[str, dict[str, list[list[float]]]], path: Path) -> Path | None:
@@ -55,8 +64,12 @@ def plot_curves(series: dict[str, dict[str, list[list[float]]]], path: Path) -> 
             axes = right if key == "reward_mean" and variant in absolute else axes_left
             width = max(len(r) for r in runs)  # a run still going (or cut) ends early: NaN past its end
             stack = np.asarray([r + [float("nan")] * (width - len(r)) for r in runs])
-            steps = np.arange(1, width + 1)
-            mean = np.nanmean(stack, axis=0)
+            steps = np.arange(0 if key == HELDOUT else 1, width + (0 if key == HELDOUT else 1))
+            with warnings.catch_warnings():  # a step no run has a value at (between held-out checks): NaN
+                warnings.simplefilter("ignore", RuntimeWarning)
+                mean = np.nanmean(stack, axis=0)
+            checked = np.isfinite(mean)  # the held-out curve's points, joined across the steps between
+            steps, stack, mean = steps[checked], stack[:, checked], mean[checked]
             style = "--" if variant in absolute else "-"
             (line,) = axes.plot(steps, mean, style, color=f"C{index}", marker="o", markersize=3,
                                 label=f"{variant} (n={len(runs)})")

@@ -154,6 +154,27 @@ class BenchmarkBudget:
 
 
 @dataclass
+class CurveBudget:
+    """The held-out curve: every `every` training steps (0: none), a run's checkpoint is kept and
+    evaluated on the plan's held-out scenarios with `samples` dialogues each (fewer than the final
+    evaluation's: a point of the curve, not the result). Step 0 is the base's evaluation and the
+    last step the run's final one."""
+
+    __pydantic_config__ = {"extra": "forbid"}
+
+    every: int = 0
+    samples: int = 2
+
+    def __post_init__(self) -> None:
+        if self.every < 0 or self.samples < 1:
+            raise ValueError(f"curve.every must be >= 0 and curve.samples >= 1, got {self.every} and {self.samples}")
+
+    def steps(self, total: int) -> list[int]:
+        """The training steps checked between the start and the last step."""
+        return list(range(self.every, total, self.every)) if self.every else []
+
+
+@dataclass
 class AblationPlan:
     """What an ablation runs: variants x seeds, each `steps` of the common training settings, then the
     held-out evaluation and, for the benchmark targets, the outside benchmarks. plan.json holds it."""
@@ -165,6 +186,7 @@ class AblationPlan:
     train: list[str] = field(default_factory=lambda: list(DEFAULT_TRAIN))  # `--set` for every run
     eval: EvalBudget = field(default_factory=EvalBudget)
     benchmarks: BenchmarkBudget = field(default_factory=BenchmarkBudget)
+    curve: CurveBudget = field(default_factory=CurveBudget)  # held-out checks during training (off by default)
     name: str = "default"  # the registered plan it started from (PLANS)
 
     def __post_init__(self) -> None:
@@ -227,6 +249,7 @@ def unit_overrides(plan: AblationPlan, unit: Unit, threads: int | None, extra: S
         f"seed={unit.seed}",
         f"steps={plan.steps}",
         f"name={unit.name}",
+        *([f"keep_every={plan.curve.every}"] if plan.curve.every else []),  # the held-out curve's checkpoints
         *([f"threads={threads}"] if threads is not None else []),
     ]
 
@@ -281,7 +304,8 @@ def study_plan() -> AblationPlan:
 # the still-possible candidates listed after each answer (`show_candidates`: SmolLM2-135M cannot
 # keep the answers in mind, docs/games.md), started from a warm start given on the command line
 # (`--set policy.model=<mapo sft output>`: SmolLM2 does not play the game zero-shot); held-out
-# on the 20 test secrets x 8 dialogues, the optimal and random players beside every evaluation.
+# on the 20 test secrets x 8 dialogues, the optimal and random players beside every evaluation,
+# and every 5 steps on 2 dialogues a secret (the held-out curve: where success levels off).
 GAME_TRAIN = (
     "env.name=twenty-questions",
     "env.options={pool_size: 8, show_candidates: true}",
@@ -305,6 +329,7 @@ def game_plan() -> AblationPlan:
         train=list(GAME_TRAIN),
         eval=EvalBudget(env="twenty-questions", env_options={"pool_size": 8, "show_candidates": True}, scenarios="test", samples=8,
                         max_turns=7, max_new_tokens=24, max_sentences=1),
+        curve=CurveBudget(every=5, samples=2),
         name="game",
     )
 
@@ -323,10 +348,11 @@ def _with_env_options(train: list[str], options: dict[str, Any]) -> list[str]:
 
 
 def game_forfeit_plan() -> AblationPlan:
-    """MAPO, GRPO and MAPO without the T_min cut on IDR, 3 seeds, on the questioning game with lost
-    games forfeited (the third came after the first two: MAPO's cut left half the guesses untrained)."""
+    """MAPO, GRPO, MAPO without the T_min cut, turn-only and batch-only on IDR, 3 seeds, on the
+    questioning game with lost games forfeited (the third came after the first two: MAPO's cut left
+    half the guesses untrained; turn-only and batch-only after those)."""
     plan = game_plan()
-    plan.variants = ["mapo-idr", "grpo-idr", "mapo_ragged-idr"]
+    plan.variants = ["mapo-idr", "grpo-idr", "mapo_ragged-idr", "turn-idr", "batch-idr"]
     plan.seeds = [0, 1, 2]
     plan.train = _with_env_options(plan.train, GAME_FORFEIT_OPTIONS)
     plan.eval.env_options = dict(GAME_FORFEIT_OPTIONS)
@@ -352,7 +378,8 @@ def game_timeout_plan() -> AblationPlan:
 # Empathy from the warm start (issue #28, part 2): MAPO against GRPO from a `mapo sft` checkpoint
 # given on the command line (`--set policy.model=<sft output>/final`), 5 seeds, one scenario x 8
 # dialogues x 8 turns a step, the default run's whole replies, 30 steps; held-out as the study's
-# (12 test cards x 2 dialogues x 13 turns). About 2 CPU-hours a run here: a plan for a GPU.
+# (12 test cards x 2 dialogues x 13 turns), with a check at steps 10 and 20 on one dialogue a card.
+# About 2 CPU-hours a run here: a plan for a GPU.
 EMPATHY_WARM_TRAIN = (
     "rollout.scenarios_per_step=1",
     "rollout.samples_per_scenario=8",
@@ -373,6 +400,7 @@ def empathy_warm_plan() -> AblationPlan:
         steps=30,
         train=list(EMPATHY_WARM_TRAIN),
         eval=EvalBudget(scenarios="test", samples=2, max_turns=13, max_new_tokens=96, max_sentences=3),
+        curve=CurveBudget(every=10, samples=1),
         name="empathy-warm",
     )
 
@@ -389,7 +417,8 @@ PLANS.add("game-timeout", game_timeout_plan)
 PLANS.add("empathy-warm", empathy_warm_plan)
 
 
-PLAN_SECTIONS = ("eval", "benchmarks")  # `--set eval.samples=1`, `--set benchmarks.limit=10` change the plan
+# `--set eval.samples=1`, `--set benchmarks.limit=10`, `--set curve.every=5` change the plan
+PLAN_SECTIONS = ("eval", "benchmarks", "curve")
 
 
 def _set_plan_field(data: dict[str, Any], assignment: str) -> None:
@@ -417,7 +446,7 @@ def plan_for(
 ) -> AblationPlan:
     """`mapo ablate`'s plan from its options: the named plan (PLANS) with the variants, the number
     of seeds (0..N-1), the steps and the benchmark data folder changed; `overrides` starting with
-    "eval." or "benchmarks." set the plan's fields, the others are training settings for every run.
+    "eval.", "benchmarks." or "curve." set the plan's fields, the others are training settings for every run.
 
     The benchmark folder is made absolute here, so plan.json names it wherever a resume runs."""
     made = PLANS.resolve(name)()

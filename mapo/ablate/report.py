@@ -17,10 +17,11 @@ from mapo.ablate.benchmarks import BENCH_METRICS, read_bench_metrics
 from mapo.ablate.curves import curves, plot_curves
 from mapo.ablate.excerpts import EXCERPT_TURNS, excerpt_tables, pick_dialogues, shown_policies
 from mapo.ablate.plan import AblationPlan
-from mapo.ablate.state import eval_dir, read_eval, read_transcripts, run_metrics
+from mapo.ablate.state import curve_dir, eval_dir, read_eval, read_transcripts, run_metrics
 from mapo.ablate.stats import (
     GAME_METRICS,
     HACKING_METRICS,
+    HELDOUT_SPEED,
     METRICS,
     PAIRED_REFERENCE,
     SPEED_METRICS,
@@ -28,6 +29,8 @@ from mapo.ablate.stats import (
     aggregate_rows,
     dialogue_metrics,
     eval_metrics,
+    half_target,
+    heldout_steps_to,
     paired_dialogue_rows,
     paired_rows,
     steps_to_half,
@@ -51,6 +54,8 @@ class Measured:
     training: dict[str, dict[str, float | None]]
     seconds: dict[str, dict[str, float | None]]  # wall time per unit: training, eval, benchmarks
     references: dict[str, Any] = dataclasses.field(default_factory=dict)  # reference players (the base eval's)
+    # the held-out curve (AblationPlan.curve): per unit, {step: held-out success %}, step 0 the base's
+    heldout: dict[str, dict[int, float]] = dataclasses.field(default_factory=dict)
 
     def per_unit(self) -> dict[str, dict[str, float | None]]:
         """Every figure of each unit in one mapping (what the by-seed pairing reads)."""
@@ -86,7 +91,29 @@ def measure(out: Path, plan: AblationPlan) -> Measured:
     start = found.evals.get("base", {}).get("pass_rate")
     for name, steps in (steps_to_half(success, finals, plan.steps, variant_of, start) if start is not None else {}).items():
         found.training[name]["steps_to_half_gain"] = steps
+    if plan.curve.every:
+        _measure_curve(out, plan, found)
     return found
+
+
+def _measure_curve(out: Path, plan: AblationPlan, found: Measured) -> None:
+    """The held-out curve of every unit with a check, and the first checked step at half the best
+    gain (into `found.heldout` and `found.training`)."""
+    start = found.evals.get("base", {}).get("pass_rate")
+    for unit in plan.units():
+        points = {step: 100.0 * result["summary"]["pass_rate"] for step in plan.curve.steps(plan.steps)
+                  if (result := read_eval(curve_dir(out, unit.name, step))) is not None}
+        final = found.evals.get(unit.name, {}).get("pass_rate")
+        if not points and final is None:
+            continue
+        found.heldout[unit.name] = {**({0: start} if start is not None else {}), **points,
+                                    **({plan.steps: final} if final is not None else {})}
+    variant_of = {u.name: u.variant for u in plan.units()}
+    target = half_target({n: found.evals.get(n, {}).get("pass_rate") for n in variant_of}, variant_of, start or 0.0)
+    if target is None:
+        return
+    for name, points in found.heldout.items():
+        found.training.setdefault(name, {})[HELDOUT_SPEED[0]] = heldout_steps_to(points, target, plan.steps)
 
 
 def _reference_note(references: dict[str, Any]) -> str:
@@ -118,19 +145,23 @@ def build_tables(plan: AblationPlan, measured: Measured, paired_with: Sequence[s
         "last 3 − previous 3: the mean per-turn training reward of the last 3 steps minus that of the 3 before "
         "(near 0 once training has flattened; – under 6 steps). Replies cut: the share of training replies that hit "
         "the token cap (a long-horizon budget keeps it under 20 %)."))
+    if measured.heldout:
+        tables.append(_curve_table(plan, measured))
     game = any(m.get("bits_per_question") is not None for m in measured.evals.values())
+    speed = _speed_metrics(plan)
     if game:
         tables.append(summary_table("Game figures on the held-out games: mean ± sample std over seeds",
                                     aggregate_rows(measured.evals, plan, GAME_METRICS), GAME_METRICS,
                                     _reference_note(measured.references)))
-        censored = [sum(m.get(key, 0) > plan.steps for m in measured.training.values()) for key, _ in SPEED_METRICS]
+        censored = [sum(m.get(key, 0) > plan.steps for m in measured.training.values()) for key, _ in speed]
         tables.append(summary_table(
-            "Speed of learning: mean ± sample std over seeds", aggregate_rows(measured.training, plan, SPEED_METRICS),
-            SPEED_METRICS,
+            "Speed of learning: mean ± sample std over seeds", aggregate_rows(measured.training, plan, speed), speed,
             "The first step at which a run's training success (on its own rollouts, trailing mean over 3 steps) "
             "reaches half the best variant's final held-out success (mean over its seeds), or half the way to it from "
-            "the untrained policy's held-out success (the gain; from a warm start the first figure can be met at once). "
-            f"A run that never does counts as {plan.steps + 1} (a lower bound; {censored[0]} and {censored[1]} run(s) here)."))
+            "the untrained policy's held-out success (the gain; from a warm start the first figure can be met at once)"
+            + (", and the first held-out check that reaches that gain" if len(speed) > 2 else "")
+            + f". A run that never does counts as {plan.steps + 1} (a lower bound; run(s) censored here: "
+            f"{', '.join(str(c) for c in censored)})."))
     tables.append(summary_table("Wall time per run on this machine (s): mean ± sample std over seeds",
                                 aggregate_rows(measured.seconds, plan, SECONDS), SECONDS))
     for ref in dict.fromkeys([PAIRED_REFERENCE, *paired_with]):
@@ -150,7 +181,7 @@ def _paired_tables(plan: AblationPlan, measured: Measured, ref: str, game: bool,
         *([(f"Paired by seed with {ref}: outside benchmarks", BENCH_METRICS, {"base", *benched})]
           if measured.benchmarks and ref in benched else []),
         *([(f"Paired by seed with {ref}: game figures", GAME_METRICS, everyone),
-           (f"Paired by seed with {ref}: speed of learning", SPEED_METRICS, set(plan.variants))] if game else []),
+           (f"Paired by seed with {ref}: speed of learning", _speed_metrics(plan), set(plan.variants))] if game else []),
         (f"Paired by seed with {ref}: training", PAIRED_TRAINING, set(plan.variants)),
     ]
     for title, metrics, having in by_seed:
@@ -163,11 +194,32 @@ def _paired_tables(plan: AblationPlan, measured: Measured, ref: str, game: bool,
     return tables
 
 
+def _speed_metrics(plan: AblationPlan) -> tuple[tuple[str, str], ...]:
+    return (*SPEED_METRICS, HELDOUT_SPEED) if plan.curve.every else SPEED_METRICS
+
+
+def _curve_table(plan: AblationPlan, measured: Measured) -> Table:
+    """Held-out success at every check (the base at step 0, the final evaluation at the last step)."""
+    checks = [0, *plan.curve.steps(plan.steps), plan.steps]
+    metrics = [(f"step_{s}", f"step {s}") for s in checks]
+    per_unit = {name: {f"step_{s}": v for s, v in points.items()} for name, points in measured.heldout.items()}
+    start = measured.evals.get("base", {}).get("pass_rate")
+    if start is not None:
+        per_unit["base"] = {"step_0": start}
+    return summary_table(
+        "Held-out success (%) at each check: mean ± sample std over seeds", aggregate_rows(per_unit, plan, metrics), metrics,
+        f"Every {plan.curve.every} steps a run's checkpoint plays the held-out scenarios with {plan.curve.samples} "
+        f"dialogue(s) each; step 0 is the untrained policy and step {plan.steps} the final evaluation "
+        f"({plan.eval.samples} each).")
+
+
 def _plan_line(plan: AblationPlan) -> str:
     line = (f"{plan.name} plan: {len(plan.variants)} variants x seeds {plan.seeds}, {plan.steps} steps per run; "
             f"training settings: {', '.join(plan.train)}; held-out eval: {json.dumps(dataclasses.asdict(plan.eval))}")
     if plan.benchmarks.targets:
         line += f"; benchmarks: {json.dumps(dataclasses.asdict(plan.benchmarks))}"
+    if plan.curve.every:
+        line += f"; held-out curve: every {plan.curve.every} steps, {plan.curve.samples} dialogue(s) per scenario"
     return line
 
 
@@ -184,13 +236,14 @@ def write_outputs(out: Path, plan: AblationPlan, paired_with: Sequence[str] = ()
     picked = pick_dialogues(measured.dialogues, plan)
     excerpts = excerpt_tables(picked, measured.transcripts, plan)
     missing = [u.name for u in plan.units() if u.name not in measured.evals]
-    png = plot_curves(curves(out, plan), out / "curves.png")
+    png = plot_curves(curves(out, plan, measured.heldout), out / "curves.png")
     (out / "ablation.json").write_text(json.dumps({
         "plan": plan.to_dict(),
         "rows": tables[0].data,
         "units": measured.evals,
         "benchmarks": measured.benchmarks,
         "training": measured.training,
+        "heldout_curve": measured.heldout,
         "seconds": measured.seconds,
         "tables": {t.title: t.data for t in tables},
         "excerpts": [t.data[0] for t in excerpts],

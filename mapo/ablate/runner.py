@@ -14,7 +14,7 @@ from typing import Any
 from mapo.ablate.benchmarks import load_items, pending, run_benchmarks
 from mapo.ablate.plan import AblationPlan, EvalBudget, Unit, unit_overrides
 from mapo.ablate.report import write_outputs
-from mapo.ablate.state import check_plan, eval_dir, read_eval, run_dir, training_state
+from mapo.ablate.state import check_plan, curve_dir, eval_dir, read_eval, run_dir, training_state
 
 
 def eval_spec(budget: EvalBudget, system_prompt: str | None = None) -> Any:
@@ -43,7 +43,9 @@ def run_unit(out: Path, plan: AblationPlan, unit: Unit | None, threads: int | No
     benchmarks = list(plan.benchmarks.names) if state != "done" else pending(out, name, plan.benchmarks)
     benchmarks = benchmarks if plan.benchmarked(unit) else []
     evaluate = state != "done" or read_eval(eval_dir(out, name)) is None
-    if not evaluate and not benchmarks:
+    checks = [] if unit is None else [
+        s for s in plan.curve.steps(plan.steps) if state != "done" or read_eval(curve_dir(out, name, s)) is None]
+    if not evaluate and not benchmarks and not checks:
         return "skipped"
     did = []
     if unit is not None and state == "new":
@@ -53,16 +55,45 @@ def run_unit(out: Path, plan: AblationPlan, unit: Unit | None, threads: int | No
     elif unit is not None and state == "partial":
         train(resume=run_dir(out, unit), overrides=[f"steps={plan.steps}"], show_progress=show_progress)
         did.append("resumed")
-    policy, system_prompt = _policy_to_test(out, plan, unit, extra)
-    if evaluate:
-        from mapo.evaluate.runner import run_eval
+    if evaluate or benchmarks:
+        policy, system_prompt = _policy_to_test(out, plan, unit, extra)
+        if evaluate:
+            from mapo.evaluate.runner import run_eval
 
-        run_eval(policy, eval_spec(plan.eval, system_prompt), eval_dir(out, name), name)
-        did.append("evaluated")
-    if benchmarks:
-        run_benchmarks(policy, name, out, name, plan.benchmarks, benchmarks)
-        did.append("benchmarked")
-    return "+".join(did)
+            run_eval(policy, eval_spec(plan.eval, system_prompt), eval_dir(out, name), name)
+            did.append("evaluated")
+        if benchmarks:
+            run_benchmarks(policy, name, out, name, plan.benchmarks, benchmarks)
+            did.append("benchmarked")
+        del policy  # one model in memory at a time
+    if checks and unit is not None and _held_out_curve(out, plan, unit, checks):
+        did.append("curve")
+    return "+".join(did) or "skipped"  # "skipped": only checks of a run that kept no checkpoints for them
+
+
+def _held_out_curve(out: Path, plan: AblationPlan, unit: Unit, steps: Sequence[int]) -> int:
+    """Evaluate the unit's kept checkpoints at `steps` with the curve's budget; returns how many were.
+    A run trained before the plan had a curve has no such checkpoints: named, skipped."""
+    import logging
+
+    from mapo.config import load_config
+    from mapo.evaluate.checkpoints import load_eval_policy
+    from mapo.evaluate.runner import run_eval
+    from mapo.run_folder import RunFolder
+
+    run = RunFolder(run_dir(out, unit))
+    system_prompt = load_config(run.path / "config.yaml").rollout.system_prompt
+    spec = eval_spec(dataclasses.replace(plan.eval, samples=plan.curve.samples), system_prompt)
+    done = 0
+    for step in steps:
+        checkpoint = run.checkpoint_dir(step)
+        if not checkpoint.is_dir():
+            logging.getLogger(__name__).warning("%s: no checkpoint of step %d to put on the held-out curve", unit.name, step)
+            continue
+        policy, _ = load_eval_policy(str(checkpoint))
+        run_eval(policy, spec, curve_dir(out, unit.name, step), f"{unit.name} step {step}")
+        done += 1
+    return done
 
 
 def _policy_to_test(out: Path, plan: AblationPlan, unit: Unit | None, extra: Sequence[str]) -> tuple[Any, str | None]:

@@ -27,6 +27,11 @@ def eval_dir(out: Path, name: str) -> Path:
     return out / "evals" / name
 
 
+def curve_dir(out: Path, name: str, step: int) -> Path:
+    """Where the held-out check of a unit's checkpoint at `step` goes (AblationPlan.curve)."""
+    return eval_dir(out, name) / "curve" / f"step-{step:06d}"
+
+
 def training_state(path: Path, steps: int) -> str:
     """"done" (final weights after `steps`), "partial" (a run folder to resume) or "new"."""
     if not (path / "config.yaml").is_file():

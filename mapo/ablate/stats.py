@@ -46,8 +46,9 @@ TRAINING_METRICS = (  # (key, column header): from each run's metrics.jsonl
 )
 SPEED_METRICS = (("steps_to_half", "steps to half the best final success"),
                  ("steps_to_half_gain", "steps to half the best gain over the start"))
+HELDOUT_SPEED = ("heldout_steps_to_half_gain", "held-out checks: first step at half the best gain")
 LOWER_IS_BETTER = frozenset(HACKING_LABELS) - HACKING_HIGHER_IS_BETTER | {
-    "truncated_pct", "repeat_rate", "invalid_rate", "wrong_guesses", "steps_to_half", "steps_to_half_gain"}
+    "truncated_pct", "repeat_rate", "invalid_rate", "wrong_guesses", "steps_to_half", "steps_to_half_gain", HELDOUT_SPEED[0]}
 PAIRED_REFERENCE = "mapo-idr"
 
 
@@ -118,15 +119,28 @@ def steps_to_half(success: dict[str, Sequence[float]], final: dict[str, float | 
     policy's for half the best gain, the figure that still moves from a warm start). A run that never
     reaches it counts as `steps` + 1 (censored: the figure is then a lower bound, which is why the
     report says how many were). Empty when nothing was evaluated or no variant beat `start`."""
+    target = half_target(final, variant_of, start)
+    if target is None:
+        return {}
+    return {unit: float(steps_to_reach(series, target / 100.0) or steps + 1) for unit, series in success.items()}
+
+
+def half_target(final: dict[str, float | None], variant_of: dict[str, str], start: float = 0.0) -> float | None:
+    """Half the way from `start` to the best variant's mean final held-out success (both in %);
+    None when nothing was evaluated or no variant beat `start`."""
     by_variant: dict[str, list[float]] = {}
     for unit, value in final.items():
         if value is not None and unit in variant_of:
             by_variant.setdefault(variant_of[unit], []).append(value)
     best = max((float(np.mean(v)) for v in by_variant.values()), default=None)
-    if best is None or best <= start:
-        return {}
-    target = (start + 0.5 * (best - start)) / 100.0
-    return {unit: float(steps_to_reach(series, target) or steps + 1) for unit, series in success.items()}
+    return None if best is None or best <= start else start + 0.5 * (best - start)
+
+
+def heldout_steps_to(points: dict[int, float], target: float, steps: int) -> float:
+    """The first checked step after the start whose held-out success (%) reaches `target`; `steps` + 1
+    when none does (censored, as in steps_to_half). Checks are sparse, so no trailing mean: each is
+    a held-out evaluation, not one step's own rollouts."""
+    return float(next((s for s, v in sorted(points.items()) if s > 0 and v >= target), steps + 1))
 
 
 def dialogue_key(scenario_id: str, sample_index: int) -> str:

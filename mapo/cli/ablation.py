@@ -22,8 +22,8 @@ def ablate(
     plan_name: Annotated[
         Optional[str], typer.Option("--plan", help="A named plan: default, quick, study (the learning study: 4 estimators x 5 seeds, "
                                     "6-turn dialogues, benchmarks), game (the questioning game: 6 variants x 5 seeds from a warm start "
-                                    "given by --set policy.model=...), game-forfeit (mapo, grpo and mapo_ragged x 3 seeds, "
-                                    "a lost game scored as no progress), game-timeout (the same with a timed-out game lost too), "
+                                    "given by --set policy.model=...), game-forfeit (mapo, grpo, mapo_ragged, turn and batch "
+                                    "x 3 seeds, a lost game scored as no progress), game-timeout (the same with a timed-out game lost too), "
                                     "empathy-warm (mapo and grpo x 5 seeds from an SFT checkpoint given the same way), or a "
                                     "plug-in's (mapo.ablate.PLANS).")
     ] = None,
@@ -51,8 +51,9 @@ def ablate(
     and the untrained base on held-out scenarios (and the plan's outside benchmarks); write the tables
     with paired 95 % confidence intervals, the training curves and transcript excerpts.
 
-    --set applies to every training run; `eval.FIELD=` and `benchmarks.FIELD=` change the plan's
-    held-out evaluation and benchmarks (e.g. --set benchmarks.limit=10)."""
+    --set applies to every training run; `eval.FIELD=`, `benchmarks.FIELD=` and `curve.FIELD=` change
+    the plan's held-out evaluation, benchmarks and held-out curve (e.g. --set benchmarks.limit=10,
+    --set curve.every=5: every 5 steps a checkpoint is kept and evaluated held-out)."""
     from mapo.ablate import plan_for, read_plan, run_ablation, write_outputs
     from mapo.run_folder import new_run_dir
 

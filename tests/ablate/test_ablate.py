@@ -13,6 +13,7 @@ from mapo.ablate import (
     DEFAULT_VARIANTS,
     VARIANTS,
     AblationPlan,
+    CurveBudget,
     EvalBudget,
     Unit,
     aggregate_rows,
@@ -32,6 +33,7 @@ from mapo.ablate import (
     unit_overrides,
 )
 from mapo.ablate.report import write_outputs
+from mapo.ablate.state import curve_dir
 from mapo.ablate.stats import GAME_METRICS, HACKING_METRICS, steps_to_half, steps_to_reach
 from mapo.ablate.tables import dialogue_table
 from mapo.cli import app
@@ -234,8 +236,46 @@ def test_a_game_ablation_reports_game_figures_speed_and_a_success_curve(tmp_path
     assert [r["metrics"]["steps_to_half"]["values"] for r in speed] == [[3.0, 4.0], [4.0, 4.0]]
     # half the gain from base's 20 % to 40 %: target 0.30, which no run's trailing mean meets (all censored)
     assert [r["metrics"]["steps_to_half_gain"]["values"] for r in speed] == [[4.0, 4.0], [4.0, 4.0]]
-    assert "(a lower bound; 3 and 4 run(s) here)" in markdown
+    assert "(a lower bound; run(s) censored here: 3, 4)" in markdown
     assert "Paired by seed with mapo-idr: speed of learning" in markdown and (tmp_path / "curves.png").stat().st_size > 0
+
+
+def test_the_held_out_curve_is_tabled_plotted_and_timed_from_its_checks(tmp_path):
+    plan = write_game_ablation(tmp_path, GAME_FINALS)
+    plan.curve = CurveBudget(every=1, samples=2)  # checks at steps 1 and 2 of 3
+    checks = {("mapo-idr-s0", 1): 20.0, ("mapo-idr-s0", 2): 40.0, ("mapo-idr-s1", 1): 40.0,
+              ("grpo-idr-s0", 2): 10.0}  # mapo-idr-s1 step 2 and grpo-idr-s1 never checked (a cut run)
+    for (name, step), success in checks.items():
+        folder = curve_dir(tmp_path, name, step)
+        folder.mkdir(parents=True)
+        summary = {"dialogues": 0, "pass_rate": success / 100, "epmq": None, "alignment": {"target": None}}
+        (folder / "eval.json").write_text(json.dumps({"summary": summary, "scenarios": [], "config": {"seconds": 1.0}}))
+        (folder / "transcripts.jsonl").write_text("")
+    markdown = write_outputs(tmp_path, plan).read_text()
+    data = json.loads((tmp_path / "ablation.json").read_text())
+    assert data["heldout_curve"]["mapo-idr-s0"] == {"0": 20.0, "1": 20.0, "2": 40.0, "3": 50.0}
+    rows = {r["variant"]: r for r in data["tables"]["Held-out success (%) at each check: mean ± sample std over seeds"]}
+    assert rows["base"]["metrics"]["step_0"]["mean"] == 20.0 and rows["base"]["metrics"]["step_1"]["n"] == 0
+    assert rows["mapo-idr"]["metrics"]["step_1"]["values"] == [20.0, 40.0]
+    assert rows["mapo-idr"]["metrics"]["step_2"]["values"] == [40.0, None]
+    assert rows["grpo-idr"]["metrics"]["step_3"]["values"] == [20.0, 10.0]
+    # half the gain from 20 % to mapo's 40 %: 30 %; mapo-s0 first at step 2, mapo-s1 at 1, grpo never (4)
+    speed = {r["variant"]: r for r in data["tables"]["Speed of learning: mean ± sample std over seeds"]}
+    assert speed["mapo-idr"]["metrics"]["heldout_steps_to_half_gain"]["values"] == [2.0, 1.0]
+    assert speed["grpo-idr"]["metrics"]["heldout_steps_to_half_gain"]["values"] == [4.0, 4.0]
+    assert "held-out curve: every 1 steps, 2 dialogue(s) per scenario" in markdown
+    assert "held-out checks: first step at half the best gain" in markdown
+
+
+def test_checkpoints_at_multiples_of_keep_every_outlive_the_newest_kept(tmp_path):
+    from mapo.run_folder import RunFolder
+
+    run = RunFolder(tmp_path)
+    for step in range(1, 8):
+        run.save_checkpoint(step, lambda folder: (folder / "w").write_text("x"), keep=2, keep_every=3)
+    assert [p.name for p in run.list_checkpoints()] == ["step-000003", "step-000006", "step-000007"]
+    run.save_checkpoint(8, lambda folder: None, keep=1)  # without keep_every only the newest stays
+    assert [p.name for p in run.list_checkpoints()] == ["step-000008"]
 
 
 # ---------------------------------------------------------------- state on disk, skip and resume
@@ -300,6 +340,27 @@ def test_a_tiny_ablation_runs_skips_finished_units_and_resumes_a_cut_run(tmp_pat
     assert done == [("base", "skipped"), ("mapo-idr-s0", "resumed+evaluated")]
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2]
+
+
+def test_a_tiny_ablation_keeps_and_evaluates_the_checkpoints_of_its_held_out_curve(tmp_path):
+    plan = AblationPlan(
+        variants=["mapo-idr"], seeds=[0], steps=2,
+        train=["rollout.scenarios_per_step=1", "rollout.samples_per_scenario=2", "rollout.max_turns=2",
+               "rollout.max_new_tokens=4", "checkpoint_every=2", "keep_checkpoints=1", "transcripts_every=0"],
+        eval=EvalBudget(limit=1, max_turns=2, max_new_tokens=4), curve=CurveBudget(every=1, samples=1),
+    )
+    done: list[tuple[str, str]] = []
+    run_ablation(plan, tmp_path, extra=TINY, on_done=lambda *a: done.append(a))
+    assert done == [("base", "evaluated"), ("mapo-idr-s0", "trained+evaluated+curve")]
+    run = run_dir(tmp_path, Unit("mapo-idr", 0))
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-000001", "step-000002"]
+    check = json.loads((curve_dir(tmp_path, "mapo-idr-s0", 1) / "eval.json").read_text())
+    assert check["summary"]["dialogues"] == 1  # the curve's budget: 1 scenario x 1 dialogue
+    assert set(json.loads((tmp_path / "ablation.json").read_text())["heldout_curve"]["mapo-idr-s0"]) == {"0", "1", "2"}
+    done.clear()
+    shutil.rmtree(curve_dir(tmp_path, "mapo-idr-s0", 1))  # a check cut short is the only thing redone
+    run_ablation(plan, tmp_path, extra=TINY, on_done=lambda *a: done.append(a))
+    assert done == [("base", "skipped"), ("mapo-idr-s0", "curve")]
 
 
 def test_cli_report_writes_the_tables_of_the_finished_units_and_runs_nothing(tmp_path):

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from cli_output import flat
 from fixture_paths import FIXTURES
 
-from mapo.ablate import PLANS, AblationPlan, Unit, check_plan, plan_for, run_ablation, study_plan, unit_overrides
+from mapo.ablate import PLANS, AblationPlan, CurveBudget, Unit, check_plan, plan_for, run_ablation, study_plan, unit_overrides
 from mapo.ablate.benchmarks import BENCH_METRICS, bench_metrics, pending, run_benchmarks
 from mapo.ablate.runner import eval_spec
 from mapo.ablate.state import bench_dir, read_bench
@@ -69,6 +69,9 @@ def test_plans_are_named_in_a_registry_a_user_can_extend():
     from mapo.config import load_config
     assert load_config(None, timeout.train).env.options["forfeit_on_timeout"] is True
     assert warm.variants == ["mapo-idr", "grpo-idr"] and len(warm.seeds) == 5 and warm.steps >= 30
+    # the held-out curve: where success levels off (issue #28); its checkpoints are kept for it
+    assert game.curve.steps(game.steps) == [5, 10, 15, 20, 25] and warm.curve.steps(warm.steps) == [10, 20]
+    assert "keep_every=5" in unit_overrides(forfeit, Unit("turn-idr", 0), None)
     assert "rollout.samples_per_scenario=8" in warm.train and "rollout.max_turns=8" in warm.train
     assert plan_for("default") == AblationPlan() and not plan_for("default").benchmarks.targets
     assert plan_for("quick").steps == 2 and not plan_for("quick").benchmarks.targets
@@ -84,8 +87,10 @@ def test_plans_are_named_in_a_registry_a_user_can_extend():
 
 def test_options_override_the_named_plan_and_plan_fields_go_through_set(tmp_path):
     plan = plan_for("study", variants=["mapo-idr", "turn-idr"], seeds=3, steps=4,
-                    overrides=["eval.samples=1", "benchmarks.limit=5", "rollout.max_turns=8"], bench_data=str(tmp_path))
+                    overrides=["eval.samples=1", "benchmarks.limit=5", "rollout.max_turns=8", "curve.every=2"],
+                    bench_data=str(tmp_path))
     assert plan.seeds == [0, 1, 2] and plan.steps == 4 and plan.eval.samples == 1 and plan.benchmarks.limit == 5
+    assert plan.curve == CurveBudget(every=2, samples=2)
     assert plan.train[-1] == "rollout.max_turns=8"  # a training setting, after the plan's own
     assert load_config(None, unit_overrides(plan, Unit("turn-idr", 0), None)).rollout.max_turns == 8
     assert plan.benchmarks.targets == ["base", "mapo-idr"]  # grpo-idr was left out
