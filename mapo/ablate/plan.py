@@ -375,6 +375,15 @@ def game_timeout_plan() -> AblationPlan:
     return plan
 
 
+def game_alpha_plan() -> AblationPlan:
+    """The alpha sweep on the game-forfeit settings: MAPO's turn-level share of the mix at 0 (batch
+    only), 0.25, 0.5 (MAPO), 0.75 and 1 (turn only), 3 seeds."""
+    plan = game_forfeit_plan()
+    plan.variants = ["batch-idr", "mapo-a0.25-idr", "mapo-idr", "mapo-a0.75-idr", "turn-idr"]
+    plan.name = "game-alpha"
+    return plan
+
+
 # Empathy from the warm start (issue #28, part 2): MAPO against GRPO from a `mapo sft` checkpoint
 # given on the command line (`--set policy.model=<sft output>/final`), 5 seeds, one scenario x 8
 # dialogues x 8 turns a step, the default run's whole replies, 30 steps; held-out as the study's
@@ -414,6 +423,7 @@ PLANS.add("study", study_plan)
 PLANS.add("game", game_plan)
 PLANS.add("game-forfeit", game_forfeit_plan)
 PLANS.add("game-timeout", game_timeout_plan)
+PLANS.add("game-alpha", game_alpha_plan)
 PLANS.add("empathy-warm", empathy_warm_plan)
 
 

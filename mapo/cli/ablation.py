@@ -24,6 +24,7 @@ def ablate(
                                     "6-turn dialogues, benchmarks), game (the questioning game: 6 variants x 5 seeds from a warm start "
                                     "given by --set policy.model=...), game-forfeit (mapo, grpo, mapo_ragged, turn and batch "
                                     "x 3 seeds, a lost game scored as no progress), game-timeout (the same with a timed-out game lost too), "
+                                    "game-alpha (MAPO's alpha at 0, 0.25, 0.5, 0.75, 1 on the forfeit settings), "
                                     "empathy-warm (mapo and grpo x 5 seeds from an SFT checkpoint given the same way), or a "
                                     "plug-in's (mapo.ablate.PLANS).")
     ] = None,

@@ -72,6 +72,10 @@ def test_plans_are_named_in_a_registry_a_user_can_extend():
     # the held-out curve: where success levels off (issue #28); its checkpoints are kept for it
     assert game.curve.steps(game.steps) == [5, 10, 15, 20, 25] and warm.curve.steps(warm.steps) == [10, 20]
     assert "keep_every=5" in unit_overrides(forfeit, Unit("turn-idr", 0), None)
+    alpha = plan_for("game-alpha")  # the sweep: the forfeit settings, alpha 0 .. 1 in MAPO's mix
+    assert {**alpha.to_dict(), "variants": None, "name": None} == {**forfeit.to_dict(), "variants": None, "name": None}
+    assert [load_config(None, unit_overrides(alpha, Unit(v, 0), None)).advantage.alpha for v in alpha.variants
+            if v.startswith("mapo")] == [0.25, 0.5, 0.75]
     assert "rollout.samples_per_scenario=8" in warm.train and "rollout.max_turns=8" in warm.train
     assert plan_for("default") == AblationPlan() and not plan_for("default").benchmarks.targets
     assert plan_for("quick").steps == 2 and not plan_for("quick").benchmarks.targets
