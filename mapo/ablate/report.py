@@ -207,7 +207,8 @@ def _curve_table(plan: AblationPlan, measured: Measured) -> Table:
     """Held-out success at every check (the base at step 0, the final evaluation at the last step)."""
     checks = [0, *plan.curve.steps(plan.steps), plan.steps]
     metrics = [(f"step_{s}", f"step {s}") for s in checks]
-    per_unit = {name: {f"step_{s}": v for s, v in points.items()} for name, points in measured.heldout.items()}
+    # step 0 is the base's one evaluation: its row alone carries it (no spread over seeds to show)
+    per_unit = {name: {f"step_{s}": v for s, v in points.items() if s > 0} for name, points in measured.heldout.items()}
     start = measured.evals.get("base", {}).get("pass_rate")
     if start is not None:
         per_unit["base"] = {"step_0": start}
