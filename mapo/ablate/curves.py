@@ -25,9 +25,10 @@ def curves(out: Path, plan: AblationPlan, heldout: dict[str, dict[int, float]] |
         entry = found.setdefault(unit.variant, {})
         for key in keys:
             entry.setdefault(key, []).append([float(m.get(key, float("nan"))) for m in rows])
+    checks = set(plan.curve.steps(plan.steps))
     for unit in plan.units():
-        points = (heldout or {}).get(unit.name)
-        if points:
+        points = (heldout or {}).get(unit.name) or {}
+        if checks & set(points):  # a run from before the plan had a curve: a straight line, not drawn
             series = [points.get(step, float("nan")) for step in range(plan.steps + 1)]
             found.setdefault(unit.variant, {}).setdefault(HELDOUT, []).append(series)
     return found
