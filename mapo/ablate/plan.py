@@ -348,12 +348,11 @@ def _with_env_options(train: list[str], options: dict[str, Any]) -> list[str]:
 
 
 def game_forfeit_plan() -> AblationPlan:
-    """MAPO, GRPO, MAPO without the T_min cut, turn-only and batch-only on IDR, 3 seeds, on the
-    questioning game with lost games forfeited (the third came after the first two: MAPO's cut left
-    half the guesses untrained; turn-only and batch-only after those)."""
+    """The game plan's grid (MAPO, GRPO, turn-only, batch-only and RLOO on IDR, MAPO on the outcome)
+    and MAPO without the T_min cut (MAPO's cut leaves half the guesses untrained), 5 seeds, on the
+    questioning game with lost games forfeited."""
     plan = game_plan()
-    plan.variants = ["mapo-idr", "grpo-idr", "mapo_ragged-idr", "turn-idr", "batch-idr"]
-    plan.seeds = [0, 1, 2]
+    plan.variants = ["mapo-idr", "grpo-idr", "mapo_ragged-idr", "turn-idr", "batch-idr", "rloo-idr", "mapo-outcome"]
     plan.train = _with_env_options(plan.train, GAME_FORFEIT_OPTIONS)
     plan.eval.env_options = dict(GAME_FORFEIT_OPTIONS)
     plan.name = "game-forfeit"
@@ -367,8 +366,10 @@ GAME_TIMEOUT_OPTIONS = {**GAME_FORFEIT_OPTIONS, "forfeit_on_timeout": True}
 
 
 def game_timeout_plan() -> AblationPlan:
-    """The game-forfeit plan with a game that runs out of turns unsolved forfeited as a lost one."""
+    """The game-forfeit plan with a game that runs out of turns unsolved forfeited as a lost one:
+    its five IDR variants, 3 seeds."""
     plan = game_forfeit_plan()
+    plan.variants, plan.seeds = plan.variants[:5], [0, 1, 2]
     plan.train = _with_env_options(plan.train, GAME_TIMEOUT_OPTIONS)
     plan.eval.env_options = dict(GAME_TIMEOUT_OPTIONS)
     plan.name = "game-timeout"
@@ -380,6 +381,7 @@ def game_alpha_plan() -> AblationPlan:
     only), 0.25, 0.5 (MAPO), 0.75 and 1 (turn only), 3 seeds."""
     plan = game_forfeit_plan()
     plan.variants = ["batch-idr", "mapo-a0.25-idr", "mapo-idr", "mapo-a0.75-idr", "turn-idr"]
+    plan.seeds = [0, 1, 2]
     plan.name = "game-alpha"
     return plan
 

@@ -22,9 +22,10 @@ def ablate(
     plan_name: Annotated[
         Optional[str], typer.Option("--plan", help="A named plan: default, quick, study (the learning study: 4 estimators x 5 seeds, "
                                     "6-turn dialogues, benchmarks), game (the questioning game: 6 variants x 5 seeds from a warm start "
-                                    "given by --set policy.model=...), game-forfeit (mapo, grpo, mapo_ragged, turn and batch "
-                                    "x 3 seeds, a lost game scored as no progress), game-timeout (the same with a timed-out game lost too), "
-                                    "game-alpha (MAPO's alpha at 0, 0.25, 0.5, 0.75, 1 on the forfeit settings), "
+                                    "given by --set policy.model=...), game-forfeit (the game's 6 variants and mapo_ragged "
+                                    "x 5 seeds, a lost game scored as no progress), game-timeout (its 5 IDR variants x 3 seeds with a "
+                                    "timed-out game lost too), game-alpha (MAPO's alpha at 0, 0.25, 0.5, 0.75, 1 on the forfeit settings, "
+                                    "3 seeds), "
                                     "empathy-warm (mapo and grpo x 5 seeds from an SFT checkpoint given the same way), or a "
                                     "plug-in's (mapo.ablate.PLANS).")
     ] = None,

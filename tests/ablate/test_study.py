@@ -65,7 +65,10 @@ def test_plans_are_named_in_a_registry_a_user_can_extend():
     assert [s for s in forfeit.train if "forfeit_on_failure: true" in s] and forfeit.steps == game.steps
     timeout = plan_for("game-timeout")
     assert timeout.eval.env_options == {**forfeit.eval.env_options, "forfeit_on_timeout": True}
-    assert [s for s in timeout.train if "forfeit_on_timeout: true" in s] and timeout.variants == forfeit.variants
+    assert [s for s in timeout.train if "forfeit_on_timeout: true" in s] and timeout.variants == forfeit.variants[:5]
+    # the forfeit plan holds the whole grid (the game's six variants, 5 seeds) and MAPO without the cut
+    assert set(forfeit.variants) == {*game.variants, "mapo_ragged-idr"} and forfeit.seeds == game.seeds
+    assert len(timeout.seeds) == 3 and "rloo-idr" not in timeout.variants
     from mapo.config import load_config
     assert load_config(None, timeout.train).env.options["forfeit_on_timeout"] is True
     assert warm.variants == ["mapo-idr", "grpo-idr"] and len(warm.seeds) == 5 and warm.steps >= 30
@@ -73,7 +76,8 @@ def test_plans_are_named_in_a_registry_a_user_can_extend():
     assert game.curve.steps(game.steps) == [5, 10, 15, 20, 25] and warm.curve.steps(warm.steps) == [10, 20]
     assert "keep_every=5" in unit_overrides(forfeit, Unit("turn-idr", 0), None)
     alpha = plan_for("game-alpha")  # the sweep: the forfeit settings, alpha 0 .. 1 in MAPO's mix
-    assert {**alpha.to_dict(), "variants": None, "name": None} == {**forfeit.to_dict(), "variants": None, "name": None}
+    assert {**alpha.to_dict(), "variants": None, "seeds": None, "name": None} == {**forfeit.to_dict(), "variants": None, "seeds": None, "name": None}
+    assert alpha.seeds == [0, 1, 2]
     assert [load_config(None, unit_overrides(alpha, Unit(v, 0), None)).advantage.alpha for v in alpha.variants
             if v.startswith("mapo")] == [0.25, 0.5, 0.75]
     assert "rollout.samples_per_scenario=8" in warm.train and "rollout.max_turns=8" in warm.train
