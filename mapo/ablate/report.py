@@ -97,28 +97,26 @@ def measure(out: Path, plan: AblationPlan) -> Measured:
 
 
 def _measure_curve(out: Path, plan: AblationPlan, found: Measured) -> None:
-    """The held-out curve of every evaluated unit, and for those with a check (not a run trained
-    before the plan had a curve) the first checked step at half the best gain (into `found.heldout`
-    and `found.training`)."""
+    """The held-out curve of every evaluated unit, and for those whose checks up to it are all there
+    (not a run trained before the plan had a curve) the first checked step at half the best gain
+    (into `found.heldout` and `found.training`)."""
     start = found.evals.get("base", {}).get("pass_rate")
-    checked = set()
+    checks = plan.curve.steps(plan.steps)
     for unit in plan.units():
-        points = {step: 100.0 * result["summary"]["pass_rate"] for step in plan.curve.steps(plan.steps)
+        points = {step: 100.0 * result["summary"]["pass_rate"] for step in checks
                   if (result := read_eval(curve_dir(out, unit.name, step))) is not None}
         final = found.evals.get(unit.name, {}).get("pass_rate")
         if not points and final is None:
             continue
-        if points:
-            checked.add(unit.name)
         found.heldout[unit.name] = {**({0: start} if start is not None else {}), **points,
                                     **({plan.steps: final} if final is not None else {})}
     variant_of = {u.name: u.variant for u in plan.units()}
     target = half_target({n: found.evals.get(n, {}).get("pass_rate") for n in variant_of}, variant_of, start or 0.0)
-    if target is None:
+    if target is None or not checks:  # no check inside the run: nothing to time
         return
-    for name in checked:
-        points = found.heldout[name]
-        found.training.setdefault(name, {})[HELDOUT_SPEED[0]] = heldout_steps_to(points, target, plan.steps)
+    for name, points in found.heldout.items():
+        if (first := heldout_steps_to(points, target, plan.steps, checks)) is not None:
+            found.training.setdefault(name, {})[HELDOUT_SPEED[0]] = first
 
 
 def _reference_note(references: dict[str, Any]) -> str:

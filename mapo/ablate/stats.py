@@ -136,11 +136,18 @@ def half_target(final: dict[str, float | None], variant_of: dict[str, str], star
     return None if best is None or best <= start else start + 0.5 * (best - start)
 
 
-def heldout_steps_to(points: dict[int, float], target: float, steps: int) -> float:
+def heldout_steps_to(points: dict[int, float], target: float, steps: int, checks: Sequence[int] = ()) -> float | None:
     """The first checked step after the start whose held-out success (%) reaches `target`; `steps` + 1
-    when none does (censored, as in steps_to_half). Checks are sparse, so no trailing mean: each is
-    a held-out evaluation, not one step's own rollouts."""
-    return float(next((s for s, v in sorted(points.items()) if s > 0 and v >= target), steps + 1))
+    when none does (censored, as in steps_to_half); None when one of `checks` before that is missing
+    (a run trained before the plan had a curve, or one whose checkpoint was lost): the first
+    crossing is then not known. Checks are sparse, so no trailing mean: each is a held-out
+    evaluation, not one step's own rollouts."""
+    for step in sorted({*checks, *(s for s in points if s > 0)}):
+        if step not in points:
+            return None
+        if points[step] >= target:
+            return float(step)
+    return float(steps + 1)
 
 
 def dialogue_key(scenario_id: str, sample_index: int) -> str:

@@ -244,7 +244,7 @@ def test_the_held_out_curve_is_tabled_plotted_and_timed_from_its_checks(tmp_path
     plan = write_game_ablation(tmp_path, GAME_FINALS)
     plan.curve = CurveBudget(every=1, samples=2)  # checks at steps 1 and 2 of 3
     checks = {("mapo-idr-s0", 1): 20.0, ("mapo-idr-s0", 2): 40.0, ("mapo-idr-s1", 1): 40.0,
-              ("grpo-idr-s0", 2): 10.0}  # mapo-idr-s1 step 2 and grpo-idr-s1 never checked (a cut run)
+              ("grpo-idr-s0", 1): 10.0, ("grpo-idr-s0", 2): 10.0}  # mapo-idr-s1 step 2 never checked (a cut run)
     for (name, step), success in checks.items():
         folder = curve_dir(tmp_path, name, step)
         folder.mkdir(parents=True)
@@ -259,13 +259,26 @@ def test_the_held_out_curve_is_tabled_plotted_and_timed_from_its_checks(tmp_path
     assert rows["mapo-idr"]["metrics"]["step_1"]["values"] == [20.0, 40.0]
     assert rows["mapo-idr"]["metrics"]["step_2"]["values"] == [40.0, None]
     assert rows["grpo-idr"]["metrics"]["step_3"]["values"] == [20.0, 10.0]
-    # half the gain from 20 % to mapo's 40 %: 30 %; mapo-s0 first at step 2, mapo-s1 at 1, grpo-s0
-    # never (4); grpo-s1 had no check (a run from before the curve): no figure, not its final's
+    # half the gain from 20 % to mapo's 40 %: 30 %; mapo-s0 first at step 2, mapo-s1 at 1 (its missing
+    # check comes after), grpo-s0 never (4); grpo-s1 had no check (a run from before the curve): no
+    # figure, not its final's
     speed = {r["variant"]: r for r in data["tables"]["Speed of learning: mean ± sample std over seeds"]}
     assert speed["mapo-idr"]["metrics"]["heldout_steps_to_half_gain"]["values"] == [2.0, 1.0]
     assert speed["grpo-idr"]["metrics"]["heldout_steps_to_half_gain"]["values"] == [4.0, None]
     assert "held-out curve: every 1 steps, 2 dialogue(s) per scenario" in markdown
     assert "held-out checks: first step at half the best gain" in markdown
+
+
+def test_a_held_out_crossing_after_a_missing_check_is_not_known():
+    from mapo.ablate.stats import heldout_steps_to
+
+    assert heldout_steps_to({0: 20.0, 5: 25.0, 10: 35.0, 15: 50.0}, 30.0, 15, [5, 10]) == 10.0
+    assert heldout_steps_to({0: 20.0, 5: 35.0, 15: 50.0}, 30.0, 15, [5, 10]) == 5.0  # the gap is after it
+    # a run with only its last checkpoint checked (trained before the curve) reaches 30 % at step 10
+    # or earlier: when is not known, so no figure rather than a late one
+    assert heldout_steps_to({0: 20.0, 10: 35.0, 15: 50.0}, 30.0, 15, [5, 10]) is None
+    assert heldout_steps_to({0: 20.0, 15: 50.0}, 30.0, 15, [5, 10]) is None
+    assert heldout_steps_to({0: 20.0, 5: 25.0, 10: 20.0, 15: 25.0}, 30.0, 15, [5, 10]) == 16.0  # never: censored
 
 
 def test_checkpoints_at_multiples_of_keep_every_outlive_the_newest_kept(tmp_path):
