@@ -369,7 +369,7 @@ def game_timeout_plan() -> AblationPlan:
     """The game-forfeit plan with a game that runs out of turns unsolved forfeited as a lost one:
     its five IDR variants, 3 seeds."""
     plan = game_forfeit_plan()
-    plan.variants, plan.seeds = plan.variants[:5], [0, 1, 2]
+    plan.variants, plan.seeds = ["mapo-idr", "grpo-idr", "mapo_ragged-idr", "turn-idr", "batch-idr"], [0, 1, 2]
     plan.train = _with_env_options(plan.train, GAME_TIMEOUT_OPTIONS)
     plan.eval.env_options = dict(GAME_TIMEOUT_OPTIONS)
     plan.name = "game-timeout"
