@@ -59,7 +59,7 @@ def test_a_static_cache_rollout_records_the_training_forwards_logprobs():
         with torch.no_grad():
             logp, _ = policy.token_logprobs(batch.input_ids, batch.attention_mask, batch.trained, spec.temperature)
         positions = torch.nonzero(batch.trained.any(0)).squeeze(-1)
-        assert torch.allclose(logp[0], batch.old_logprobs[0, positions], atol=1e-4)
+        assert torch.allclose(logp[0].cpu(), batch.old_logprobs[0, positions], atol=1e-4)
 
 
 # ---------------------------------------------------------------- CPU bfloat16 (policy.dtype auto / bf16-mixed)
@@ -109,12 +109,12 @@ def test_a_policy_loaded_with_auto_falls_back_to_float32_without_native_bf16(mon
     from tiny_policy import tiny_policy
 
     monkeypatch.setattr(device, "cpu_flags", lambda path=None: {"avx2", "avx512f"})
-    policy = tiny_policy(dtype="auto")
+    policy = tiny_policy(dtype="auto", device="cpu")  # a CPU's rule, also on a machine with a GPU
     assert policy.compute_dtype is None and next(policy.model.parameters()).dtype is torch.float32
     monkeypatch.setattr(device, "cpu_flags", lambda path=None: {"avx2", "avx512_bf16"})
     monkeypatch.setattr(device, "torch_cpu_bf16", lambda: True)
     monkeypatch.setattr(device, "bf16_matmul_speedup", lambda: 2.0)
-    policy = tiny_policy(dtype="auto", lora=True)
+    policy = tiny_policy(dtype="auto", lora=True, device="cpu")
     assert policy.compute_dtype is torch.bfloat16
     assert all(p.dtype is torch.float32 for p in policy.trainable_parameters())  # master weights stay float32
 
@@ -122,7 +122,7 @@ def test_a_policy_loaded_with_auto_falls_back_to_float32_without_native_bf16(mon
 def test_bf16_mixed_log_probs_keep_a_float32_head_and_stay_close_to_float32():
     from tiny_policy import tiny_policy
 
-    policy = tiny_policy(dtype="bf16-mixed")
+    policy = tiny_policy(dtype="bf16-mixed", device="cpu")
     ids = torch.randint(3, 200, (2, 12), generator=torch.Generator().manual_seed(0))
     targets = torch.zeros_like(ids, dtype=torch.bool)
     targets[:, 4:] = True

@@ -37,7 +37,7 @@ def _logprobs(policy, context, reply, temperature, top_p):
     targets[0, len(context) :] = True
     with torch.no_grad():
         logp, _ = policy.token_logprobs(ids, torch.ones_like(ids), targets, temperature, top_p=top_p)
-    return logp[0, : len(reply)].numpy()
+    return logp[0, : len(reply)].cpu().numpy()
 
 
 # ---------------------------------------------------------------- 1. top_p < 1
@@ -82,7 +82,7 @@ def test_a_token_outside_the_trainers_nucleus_trains_nothing():
     reply = policy.sample([context], max_new_tokens=6, temperature=0.7, top_p=0.5)[0]
     ids = torch.tensor([context + reply.ids[:-1]])
     with torch.no_grad():
-        rare = int(policy.model(input_ids=ids).logits[0, -1].argmin())  # never in the nucleus
+        rare = int(policy.model(input_ids=ids.to(policy.device)).logits[0, -1].argmin())  # never in the nucleus
     sequences = []
     for last in (reply.ids[-1], rare):  # the same reply, and one whose last id is the rare one
         tokens = [*reply.ids[:-1], last]

