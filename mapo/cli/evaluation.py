@@ -141,20 +141,24 @@ def compare(
     or a blind pairwise comparison of two evals (--blind, then --score-blind; docs/blind-rating.md)."""
     from mapo.run_folder import new_run_dir
 
+    default = None if out else new_run_dir("runs", "blind" if blind else "blind-score" if score_blind else "compare")
+    target = out or default
     try:
         if blind and score_blind:
             raise ValueError("give --blind or --score-blind, not both")
         if blind:
-            _write_blind(results, label, turns, seed, out or new_run_dir("runs", "blind"))
+            _write_blind(results, label, turns, seed, target)
         elif score_blind:
-            _score_blind(results, out or new_run_dir("runs", "blind-score"))
+            _score_blind(results, target)
         else:
             from mapo.evaluate.compare import write_comparison
 
-            md, html_path, markdown = write_comparison(results, out or new_run_dir("runs", "compare"), label)
+            md, html_path, markdown = write_comparison(results, target, label)
             typer.echo(markdown)
             typer.echo(f"Comparison: {md}\nHTML: {html_path}")
     except (ValueError, FileNotFoundError) as err:
+        if default is not None and not any(default.iterdir()):
+            default.rmdir()  # refused input leaves no empty run folder behind
         raise fail(err) from None
 
 

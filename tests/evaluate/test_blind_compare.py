@@ -161,7 +161,7 @@ def test_score_win_rates_interval_cards_and_epmq_agreement(tmp_path):
     ("pairs changed", r"pairs.jsonl has changed since .*key.json was written"),
     ("header", r"header must be pair,preferred,score_A,score_B,note"),
 ])
-def test_ratings_that_do_not_match_are_refused_with_the_reason(tmp_path, case, message):
+def test_ratings_that_do_not_match_are_refused_with_the_reason(tmp_path, monkeypatch, case, message):
     base, trained = _runs(tmp_path)
     rater, key_path, _ = write_blind((base, trained), tmp_path / "blind", seed=1)
     ratings = rater / "ratings.csv"
@@ -186,11 +186,13 @@ def test_ratings_that_do_not_match_are_refused_with_the_reason(tmp_path, case, m
         pairs.write_text(pairs.read_text().replace("reply 1", "reply one", 1))
     with pytest.raises(RatingsError, match=message):
         score_blind(rater / "pairs.jsonl", key_path, ratings, tmp_path / "score")
+    monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(app, ["compare", "--score-blind", str(rater / "pairs.jsonl"), str(key_path), str(ratings)])
     assert result.exit_code == 2 and "error:" in result.output
+    assert list((tmp_path / "runs").iterdir()) == []  # no empty run folder left behind
 
 
-def test_pairing_needs_the_same_seed_and_shared_dialogues(tmp_path):
+def test_pairing_needs_the_same_seed_and_shared_dialogues(tmp_path, monkeypatch):
     base = eval_folder(tmp_path, "base", epmq=lambda c, s: 1.0)
     other_seed = eval_folder(tmp_path, "seed1", epmq=lambda c, s: 1.0, seed=1)
     with pytest.raises(ValueError, match=r"different seeds \(base: 0, seed1: 1\)"):
@@ -205,8 +207,10 @@ def test_pairing_needs_the_same_seed_and_shared_dialogues(tmp_path):
     (summary_less / "transcripts.jsonl").write_text("")
     with pytest.raises(ValueError, match=r"eval.json: eval result is missing or has a bad 'turns_mean'"):
         load_eval_run(summary_less)
+    monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(app, ["compare", "--blind", str(base)])
     assert result.exit_code == 2 and "--blind compares two eval folders, got 1" in result.output
+    assert list((tmp_path / "runs").iterdir()) == []  # the refused command left no empty run folder
 
 
 def test_an_invalid_eval_gives_no_epmq_agreement(tmp_path):
