@@ -129,27 +129,37 @@ def eval_command(
 def compare(
     results: Annotated[list[Path], typer.Argument(
         help="Two or more eval (or benchmark) result folders / JSON files; the first is the baseline. "
-             "With --blind: two eval folders. With --score-blind: PAIRS KEY RATINGS.")],
+             "With --blind: two eval folders. With --score-blind: PAIRS KEY RATINGS. With --pool-blind: score folders.")],
     label: Annotated[Optional[list[str]], typer.Option(help="A column name per result, in order (default: folder names).")] = None,
     blind: Annotated[bool, typer.Option("--blind", help="Write pairs of transcripts for a blind rater, and a separate key.")] = False,
     score_blind: Annotated[bool, typer.Option("--score-blind", help="Score a rater's ratings: PAIRS KEY RATINGS.")] = False,
+    pool_blind: Annotated[bool, typer.Option("--pool-blind", help="Pool several --score-blind results of the same two "
+                                             "labels (one per seed, say): SCORE folders.")] = False,
     turns: Annotated[Optional[int], typer.Option(help="--blind: show only the first N turns of each dialogue.")] = None,
     seed: Annotated[Optional[int], typer.Option(help="--blind: seed of the A/B order (default: a fresh one, kept in the key).")] = None,
     out: OutOpt = None,
 ) -> None:
     """Side-by-side table (markdown and HTML) of results, with each one's difference from the first;
-    or a blind pairwise comparison of two evals (--blind, then --score-blind; docs/blind-rating.md)."""
+    or a blind pairwise comparison of two evals (--blind, then --score-blind, and --pool-blind over
+    several; docs/blind-rating.md)."""
     from mapo.run_folder import new_run_dir
 
-    default = None if out else new_run_dir("runs", "blind" if blind else "blind-score" if score_blind else "compare")
+    mode = [name for name, given in (("blind", blind), ("blind-score", score_blind), ("blind-pool", pool_blind)) if given]
+    default = None if out else new_run_dir("runs", mode[0] if len(mode) == 1 else "compare")
     target = out or default
     try:
-        if blind and score_blind:
-            raise ValueError("give --blind or --score-blind, not both")
+        if len(mode) > 1:
+            raise ValueError("give one of --blind, --score-blind and --pool-blind")
         if blind:
             _write_blind(results, label, turns, seed, target)
         elif score_blind:
             _score_blind(results, target)
+        elif pool_blind:
+            from mapo.evaluate.blind_pool import pool_blind as pool
+
+            md, text = pool(list(results), target)
+            typer.echo(text)
+            typer.echo(f"Pooled: {md}")
         else:
             from mapo.evaluate.compare import write_comparison
 

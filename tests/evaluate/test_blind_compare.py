@@ -226,3 +226,73 @@ def test_an_invalid_eval_gives_no_epmq_agreement(tmp_path):
     assert "EPM-Q agreement not computed: base's evaluation is invalid: 74% of the turns" in text
     rows = list(csv.reader(io.StringIO((rater / "ratings.csv").read_text())))
     assert ["p1", "B", "", "", ""] in rows
+
+
+# ---------------------------------------------------------------- several rating sets, pooled
+
+
+def _scored_set(tmp_path, name, trained_wins_on, labels=None):
+    """One scored rating set of base vs trained: the rater prefers trained on the cards in
+    `trained_wins_on` and base elsewhere, and scores trained 4, base 2."""
+    root = tmp_path / name
+    base, trained = _runs(root)
+    rater, key_path, _ = write_blind((base, trained), root / "blind", labels, seed=1)
+    key = json.loads(key_path.read_text())
+    trained_label = labels[1] if labels else "trained"
+    card = {p["pair"]: p["scenario_id"] for p in _pairs(rater)}
+
+    def choose(pid):
+        trained_side = "A" if key["pairs"][pid]["A"] == trained_label else "B"
+        base_side = "B" if trained_side == "A" else "A"
+        winner = trained_side if card[pid] in trained_wins_on else base_side
+        return winner, 4 if trained_side == "A" else 2, 4 if trained_side == "B" else 2
+
+    _fill(rater / "ratings.csv", choose)
+    score_blind(rater / "pairs.jsonl", key_path, rater / "ratings.csv", root / "score")
+    return root / "score"
+
+
+def test_rating_sets_pool_with_a_set_bootstrap_beside_the_binomial(tmp_path):
+    from mapo.evaluate.blind_pool import pool_scores
+
+    sets = [_scored_set(tmp_path, "s0", CARDS),                    # trained 6 of 6
+            _scored_set(tmp_path, "s1", ("career-a", "family-b")),  # trained 4 of 6
+            _scored_set(tmp_path, "s2", ("health-c",))]             # trained 2 of 6
+    result = pool_scores(sets)
+    trained, base = result["win"]["trained"], result["win"]["base"]
+    assert (trained["wins"], base["wins"], trained["decisive"], result["pairs"], result["ties"]) == (12, 6, 18, 18, 0)
+    assert (trained["sets_won"], base["sets_won"]) == (2, 1)
+    assert (round(trained["low"], 3), round(trained["high"], 3)) == (0.410, 0.867)  # exact binomial, 12 of 18
+    # the sets disagree (100, 67 and 33 %): the set bootstrap is wider than the pairs-as-independent interval
+    assert trained["set_bootstrap_low"] < trained["low"] and trained["set_bootstrap_high"] > trained["high"]
+    assert result["scores"] == {"base": {"n": 18, "mean": 2.0}, "trained": {"n": 18, "mean": 4.0}}
+    # EPM-Q (trained above base on career-a and family-b, below on health-c) agrees 4 + 6 + 0 times
+    assert (result["epmq_agreement"]["wins"], result["epmq_agreement"]["decisive"]) == (10, 18)
+    assert [s["trained"] for s in result["sets"]] == [6, 4, 2]
+    out = tmp_path / "pooled"
+    cli = CliRunner().invoke(app, ["compare", "--pool-blind", *map(str, sets), "--output", str(out)])
+    assert cli.exit_code == 0, cli.output
+    assert "- trained preferred in 12 of 18 (66.7 %); 95 % interval" in cli.output
+    assert "41.0-86.7 % exact binomial (pairs as independent); won 2 of 3 sets outright" in cli.output
+    assert json.loads((out / "pooled.json").read_text())["win"]["trained"]["wins"] == 12
+    assert (out / "pooled.md").read_text() in cli.output
+
+
+def test_pooling_refuses_sets_of_other_labels_one_set_and_a_folder_without_a_score(tmp_path, monkeypatch):
+    from mapo.evaluate.blind_pool import pool_scores
+
+    ours = _scored_set(tmp_path, "s0", CARDS)
+    other = _scored_set(tmp_path, "s1", CARDS, labels=["sft", "rl"])
+    with pytest.raises(ValueError, match=r"compares sft and rl, the first set base and trained"):
+        pool_scores([ours, other])
+    with pytest.raises(ValueError, match=r"pools two or more --score-blind results, got 1"):
+        pool_scores([ours])
+    with pytest.raises(FileNotFoundError, match=r"no score.json"):
+        pool_scores([ours, tmp_path / "s0" / "blind"])
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"bad.json: not a `--score-blind` result"):
+        pool_scores([ours, tmp_path / "bad.json"])
+    monkeypatch.chdir(tmp_path)
+    cli = CliRunner().invoke(app, ["compare", "--pool-blind", "--score-blind", str(ours), str(ours)])
+    assert cli.exit_code == 2 and "give one of --blind, --score-blind and --pool-blind" in cli.output
+    assert list((tmp_path / "runs").iterdir()) == []
