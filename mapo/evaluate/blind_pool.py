@@ -17,6 +17,8 @@ from typing import Any
 
 from mapo.ablate.intervals import clopper_pearson, cluster_bootstrap
 
+SCORE_KEYS = ("runs", "pairs", "ties", "win", "scores", "epmq_agreement")
+
 
 def read_score(path: str | Path) -> dict[str, Any]:
     """A `--score-blind` result: score.json, or the folder holding it."""
@@ -26,11 +28,14 @@ def read_score(path: str | Path) -> dict[str, Any]:
         raise FileNotFoundError(f"{path}: no score.json (the output of `mapo compare --score-blind`)")
     try:
         result = json.loads(file.read_text(encoding="utf-8"))
-        labels, win = result["runs"], result["win"]
-        if len(labels) != 2 or any(label not in win for label in labels):
-            raise KeyError("runs")
-    except (json.JSONDecodeError, KeyError, TypeError) as err:
+    except json.JSONDecodeError as err:
         raise ValueError(f"{file}: not a `--score-blind` result ({err})") from None
+    missing = [key for key in SCORE_KEYS if not isinstance(result, dict) or key not in result]
+    if not missing and (len(result["runs"]) != 2 or any(label not in result["win"] or label not in result["scores"]
+                                                        for label in result["runs"])):
+        missing = ["two labels in runs, win and scores"]
+    if missing:
+        raise ValueError(f"{file}: not a `--score-blind` result (missing: {', '.join(missing)})")
     return result
 
 
