@@ -136,7 +136,7 @@ def half_target(final: dict[str, float | None], variant_of: dict[str, str], star
     return None if best is None or best <= start else start + 0.5 * (best - start)
 
 
-def heldout_steps_to(points: dict[int, float], target: float, steps: int, checks: Sequence[int] = ()) -> float | None:
+def heldout_steps_to(points: dict[int, float], target: float, steps: int, checks: Sequence[int]) -> float | None:
     """The first checked step after the start whose held-out success (%) reaches `target`; `steps` + 1
     when none does (censored, as in steps_to_half); None when one of `checks` before that is missing
     (a run trained before the plan had a curve, or one whose checkpoint was lost): the first
