@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,15 @@ from mapo.lora import trainable
 from mapo.model_source import PolicySpec, load_model, load_tokenizer
 from mapo.nucleus import nucleus_logprobs
 from mapo.text import count_sentences
+
+
+@functools.cache
+def _cache_name() -> str:
+    """generate's key-value cache argument and output field: transformers 5.x renamed
+    `past_key_values` to `cache` (the old name warns until 6.0, then goes)."""
+    from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+    return "cache" if "cache" in GenerateDecoderOnlyOutput.__dataclass_fields__ else "past_key_values"
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
@@ -228,8 +238,8 @@ class Policy:
                 input_ids=input_ids,
                 attention_mask=attention,
                 generation_config=config,
-                past_key_values=past,
                 stopping_criteria=stopping,
+                **{_cache_name(): past},
             )
         new = out.sequences[:, width:]
         logprobs = torch.stack(
@@ -239,7 +249,7 @@ class Policy:
             ],
             dim=1,
         )
-        layers = _cache_tensors(out.past_key_values) if keep_cache and not self.static_cache else None
+        layers = _cache_tensors(getattr(out, _cache_name())) if keep_cache and not self.static_cache else None
         if layers and layers[0][0].shape[2] != out.sequences.shape[1] - 1:
             layers = None  # a cache that drops positions (sliding window): nothing reusable to hand back
         samples = []
