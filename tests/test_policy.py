@@ -25,7 +25,7 @@ def test_entropy_from_logits_matches_the_categorical_entropy():
 
 
 def test_token_logprobs_equal_a_full_log_softmax(policy):
-    ids = torch.tensor([[5, 9, 3, 7, 2, 8], [4, 4, 6, 1, 9, 3]])
+    ids = torch.tensor([[5, 9, 3, 7, 2, 8], [4, 4, 6, 1, 9, 3]], device=policy.device)
     targets = torch.zeros_like(ids, dtype=torch.bool)
     targets[:, 2:] = True
     logp, entropy = policy.token_logprobs(ids, torch.ones_like(ids), targets, temperature=0.7, with_entropy=True)
@@ -63,11 +63,11 @@ def test_sampled_logprobs_match_the_training_forward_under_left_padding(policy):
     for context, sample in zip([short, long], samples):
         assert len(sample.ids) == len(sample.logprobs) <= 6
         assert sample.truncated == (policy.end_of_turn_id not in sample.ids)
-        ids = torch.tensor([context + sample.ids])
+        ids = torch.tensor([context + sample.ids], device=policy.device)
         targets = torch.zeros_like(ids, dtype=torch.bool)
         targets[0, len(context) :] = True
         logp, _ = policy.token_logprobs(ids, torch.ones_like(ids), targets, temperature=0.9)
-        assert torch.allclose(logp[0], torch.tensor(sample.logprobs), atol=1e-4)
+        assert torch.allclose(logp[0].cpu(), torch.tensor(sample.logprobs), atol=1e-4)
 
 
 def test_a_kept_cache_spares_the_prefix_and_changes_nothing(policy):
@@ -82,11 +82,11 @@ def test_a_kept_cache_spares_the_prefix_and_changes_nothing(policy):
     # the second row starts without a cache: mixed rows must work too
     second = policy.sample(nexts, max_new_tokens=5, caches=[first[0].cache, None])
     for context, sample in zip(nexts, second):
-        ids = torch.tensor([context + sample.ids])
+        ids = torch.tensor([context + sample.ids], device=policy.device)
         targets = torch.zeros_like(ids, dtype=torch.bool)
         targets[0, len(context) :] = True
         logp, _ = policy.token_logprobs(ids, torch.ones_like(ids), targets)
-        assert torch.allclose(logp[0], torch.tensor(sample.logprobs), atol=1e-4)
+        assert torch.allclose(logp[0].cpu(), torch.tensor(sample.logprobs), atol=1e-4)
     with pytest.raises(ValueError, match="leaves nothing new"):
         policy.sample(contexts[:1], 2, caches=[first[0].cache])
 
@@ -208,7 +208,7 @@ def test_sentence_limit_ends_replies_after_whole_sentences():
     # The real generate path: a logit bias makes " ok" and "." the only likely tokens, so
     # replies hold many sentences; the limit must end each one right after its second.
     ok, dot = policy.encode(" ok"), policy.encode(".")
-    bias = torch.full((policy.model.config.vocab_size,), -30.0)
+    bias = torch.full((policy.model.config.vocab_size,), -30.0, device=policy.device)
     bias[ok + dot] = 0.0
     hook = policy.model.lm_head.register_forward_hook(lambda module, args, out: out + bias)
     try:

@@ -66,11 +66,11 @@ def test_old_logprobs_are_the_training_forwards_logprobs(policy, reuse_cache):
     groups = rollout(policy, toy_scenarios(2), lambda: ToyEnvironment(end_early=False), spec)
     for traj in (t for g in groups for t in g.trajectories):
         seq = packed_sequence(traj, [1.0] * len(traj))
-        ids = torch.tensor([seq.input_ids])
-        trained = torch.tensor([seq.trained])
+        ids = torch.tensor([seq.input_ids], device=policy.device)
+        trained = torch.tensor([seq.trained], device=policy.device)
         logp, _ = policy.token_logprobs(ids, torch.ones_like(ids), trained, temperature=spec.temperature)
         old = torch.tensor([lp for turn in traj.turns for lp in turn.old_logprobs])
-        assert torch.allclose(logp[0], old, atol=1e-4)
+        assert torch.allclose(logp[0].cpu(), old, atol=1e-4)
 
 
 def test_a_tampered_dialogue_is_refused(groups):
