@@ -220,6 +220,7 @@ def write_game_ablation(tmp_path: Path, finals: dict[str, float]) -> AblationPla
             run = tmp_path / "runs" / name
             run.mkdir(parents=True)
             (run / "config.yaml").write_text("steps: 3\n")
+            (run / "final").mkdir()
             rate = success / 100
             (run / "metrics.jsonl").write_text("".join(
                 json.dumps({"step": k + 1, "reward_mean": 0.1, "grad_norm": 1.0, "env_success_rate": rate * k / 2}) + "\n"
@@ -238,6 +239,23 @@ def test_a_game_ablation_reports_game_figures_speed_and_a_success_curve(tmp_path
     assert [r["metrics"]["steps_to_half_gain"]["values"] for r in speed] == [[4.0, 4.0], [4.0, 4.0]]
     assert "(a lower bound; run(s) censored here: 3, 4)" in markdown
     assert "Paired by seed with mapo-idr: speed of learning" in markdown and (tmp_path / "curves.png").stat().st_size > 0
+
+
+def test_a_run_still_training_is_left_out_of_the_training_figures(tmp_path):
+    plan = write_game_ablation(tmp_path, GAME_FINALS)
+    plan.seeds = [0, 1, 2]
+    partial = tmp_path / "runs" / "mapo-idr-s2"  # one step of three, no final weights: a run being grown
+    partial.mkdir()
+    (partial / "config.yaml").write_text("steps: 3\n")
+    (partial / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward_mean": 9.0, "grad_norm": 1.0,
+                                                       "env_success_rate": 1.0, "step_time": 500.0}) + "\n")
+    markdown = write_outputs(tmp_path, plan).read_text()
+    tables = json.loads((tmp_path / "ablation.json").read_text())["tables"]
+    training = {r["variant"]: r for r in tables["Training (metrics.jsonl): mean ± sample std over seeds"]}
+    assert training["mapo-idr"]["seeds"] == [0, 1] and 9.0 not in training["mapo-idr"]["metrics"]["reward_last"]["values"]
+    speed = {r["variant"]: r for r in tables["Speed of learning: mean ± sample std over seeds"]}
+    assert len(speed["mapo-idr"]["metrics"]["steps_to_half"]["values"]) == 2
+    assert "Not finished: mapo-idr-s2" in markdown
 
 
 def test_the_held_out_curve_is_tabled_plotted_and_timed_from_its_checks(tmp_path):
