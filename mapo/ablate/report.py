@@ -17,7 +17,7 @@ from mapo.ablate.benchmarks import BENCH_METRICS, read_bench_metrics
 from mapo.ablate.curves import curves, plot_curves
 from mapo.ablate.excerpts import EXCERPT_TURNS, excerpt_tables, pick_dialogues, shown_policies
 from mapo.ablate.plan import AblationPlan
-from mapo.ablate.state import curve_dir, eval_dir, read_eval, read_transcripts, run_dir, run_metrics, training_state
+from mapo.ablate.state import curve_dir, eval_dir, read_eval, read_transcripts, run_metrics
 from mapo.ablate.stats import (
     GAME_METRICS,
     HACKING_METRICS,
@@ -79,7 +79,7 @@ def measure(out: Path, plan: AblationPlan) -> Measured:
             found.benchmarks[name] = bench
     success: dict[str, list[float]] = {}  # an environment with a success figure per step (the game's)
     for unit, rows in run_metrics(out, plan).items():
-        if rows and training_state(run_dir(out, unit), plan.steps) == "done":  # a run still training would skew the means
+        if rows:
             found.training[unit.name] = training_metrics(rows)
             found.seconds.setdefault(unit.name, {})["train_seconds"] = sum(float(m.get("step_time", 0.0)) for m in rows)
             if "env_success_rate" in rows[0]:

@@ -135,11 +135,12 @@ def read_plan(out: Path) -> AblationPlan:
 
 
 def run_metrics(out: Path, plan: AblationPlan) -> dict[Unit, list[dict[str, Any]]]:
-    """Each started unit's metrics.jsonl rows, in step order."""
+    """Each finished unit's metrics.jsonl rows, in step order. A run still training is left out:
+    the first steps of a seed being grown would skew every mean over seeds (tables and curves)."""
     from mapo.run_folder import RunFolder
 
     return {
         unit: sorted(RunFolder(run_dir(out, unit)).read_metrics(), key=lambda m: m["step"])
         for unit in plan.units()
-        if run_dir(out, unit).is_dir()
+        if training_state(run_dir(out, unit), plan.steps) == "done"
     }

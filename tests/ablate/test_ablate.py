@@ -32,6 +32,7 @@ from mapo.ablate import (
     training_state,
     unit_overrides,
 )
+from mapo.ablate.curves import curves
 from mapo.ablate.report import write_outputs
 from mapo.ablate.state import curve_dir
 from mapo.ablate.stats import GAME_METRICS, HACKING_METRICS, steps_to_half, steps_to_reach
@@ -241,7 +242,7 @@ def test_a_game_ablation_reports_game_figures_speed_and_a_success_curve(tmp_path
     assert "Paired by seed with mapo-idr: speed of learning" in markdown and (tmp_path / "curves.png").stat().st_size > 0
 
 
-def test_a_run_still_training_is_left_out_of_the_training_figures(tmp_path):
+def test_a_run_still_training_is_left_out_of_the_training_figures_and_curves(tmp_path):
     plan = write_game_ablation(tmp_path, GAME_FINALS)
     plan.seeds = [0, 1, 2]
     partial = tmp_path / "runs" / "mapo-idr-s2"  # one step of three, no final weights: a run being grown
@@ -256,6 +257,7 @@ def test_a_run_still_training_is_left_out_of_the_training_figures(tmp_path):
     speed = {r["variant"]: r for r in tables["Speed of learning: mean ± sample std over seeds"]}
     assert len(speed["mapo-idr"]["metrics"]["steps_to_half"]["values"]) == 2
     assert "Not finished: mapo-idr-s2" in markdown
+    assert [len(series) for series in curves(tmp_path, plan)["mapo-idr"]["reward_mean"]] == [3, 3]  # nor in curves.png
 
 
 def test_the_held_out_curve_is_tabled_plotted_and_timed_from_its_checks(tmp_path):
