@@ -15,7 +15,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from mapo.ablate.intervals import clopper_pearson, cluster_bootstrap
+from mapo.ablate.intervals import cluster_bootstrap
+from mapo.evaluate.blind_score import win_share
 
 SCORE_KEYS = ("runs", "pairs", "ties", "win", "scores", "epmq_agreement")
 
@@ -55,25 +56,20 @@ def pool_scores(paths: list[str | Path]) -> dict[str, Any]:
     decisive = sum(s[first] + s[second] for s in per_set)
     win = {}
     for label, other in ((first, second), (second, first)):
-        wins = sum(s[label] for s in per_set)
-        low, high = clopper_pearson(wins, decisive)
         boot_low, boot_high = cluster_bootstrap([[1.0] * s[label] + [0.0] * s[other] for s in per_set])
-        win[label] = {"wins": wins, "decisive": decisive, "rate": wins / decisive if decisive else None,
-                      "low": low, "high": high, "set_bootstrap_low": boot_low, "set_bootstrap_high": boot_high,
-                      "sets_won": sum(s[label] > s[other] for s in per_set)}
+        win[label] = {**win_share(sum(s[label] for s in per_set), decisive), "set_bootstrap_low": boot_low,
+                      "set_bootstrap_high": boot_high, "sets_won": sum(s[label] > s[other] for s in per_set)}
     scores = {}
     for label in labels:
         n = sum(r["scores"][label]["n"] for _, r in sets)
         total = sum(r["scores"][label]["mean"] * r["scores"][label]["n"] for _, r in sets if r["scores"][label]["n"])
         scores[label] = {"n": n, "mean": total / n if n else None}
     computed = [r["epmq_agreement"] for _, r in sets if r["epmq_agreement"].get("computed")]
-    agree, compared = sum(a["wins"] for a in computed), sum(a["decisive"] for a in computed)
-    low, high = clopper_pearson(agree, compared)
     return {
         "runs": labels, "sets": per_set, "pairs": sum(s["pairs"] for s in per_set),
         "ties": sum(s["ties"] for s in per_set), "win": win, "scores": scores,
-        "epmq_agreement": {"sets": len(computed), "wins": agree, "decisive": compared,
-                           "rate": agree / compared if compared else None, "low": low, "high": high},
+        "epmq_agreement": {"sets": len(computed), **win_share(sum(a["wins"] for a in computed),
+                                                              sum(a["decisive"] for a in computed))},
     }
 
 

@@ -121,7 +121,8 @@ def read_ratings(path: Path, pairs_sha256: str, pair_ids: list[str]) -> list[Rat
     return [ratings[p] for p in pair_ids]
 
 
-def _share(wins: int, decisive: int) -> dict[str, Any]:
+def win_share(wins: int, decisive: int) -> dict[str, Any]:
+    """`wins` of `decisive` pairs as a rate with its exact binomial (Clopper-Pearson) 95 % interval."""
     low, high = clopper_pearson(wins, decisive)
     return {"wins": wins, "decisive": decisive, "rate": wins / decisive if decisive else None, "low": low, "high": high}
 
@@ -151,8 +152,8 @@ def score(key: dict[str, Any], pairs: list[dict[str, Any]], ratings: list[Rating
         "runs": labels,
         "pairs": len(ratings),
         "ties": len(ratings) - decisive,
-        "win": {label: _share(wins[label], decisive) for label in labels},
-        "side_A": _share(sum(r.preferred == "A" for r in ratings), decisive),
+        "win": {label: win_share(wins[label], decisive) for label in labels},
+        "side_A": win_share(sum(r.preferred == "A" for r in ratings), decisive),
         "scores": {label: {"n": len(v), "mean": sum(v) / len(v) if v else None} for label, v in scores.items()},
         "cards": cards,
         "epmq_agreement": epmq_agreement(key, ratings),
@@ -179,7 +180,7 @@ def epmq_agreement(key: dict[str, Any], ratings: list[Rating]) -> dict[str, Any]
             compared += 1
             judge_pick = "A" if epmq["A"] > epmq["B"] else "B"
             agree += judge_pick == rating.preferred
-    return {"computed": True, **_share(agree, compared), "equal_epmq": equal, "missing_epmq": missing}
+    return {"computed": True, **win_share(agree, compared), "equal_epmq": equal, "missing_epmq": missing}
 
 
 def _pct(share: dict[str, Any]) -> str:
