@@ -214,7 +214,7 @@ def _curve_table(plan: AblationPlan, measured: Measured) -> Table:
         "Held-out success (%) at each check: mean ± sample std over seeds", aggregate_rows(per_unit, plan, metrics), metrics,
         f"Every {plan.curve.every} steps a run's checkpoint plays the held-out scenarios with {plan.curve.samples} "
         f"dialogue(s) each; step 0 is the untrained policy and step {plan.steps} the final evaluation "
-        f"({plan.eval.samples} each).")
+        f"({plan.eval.samples} each; a run grown to more steps keeps its earlier final evaluation as that step's check).")
 
 
 def _plan_line(plan: AblationPlan) -> str:

@@ -43,8 +43,8 @@ def run_unit(out: Path, plan: AblationPlan, unit: Unit | None, threads: int | No
     benchmarks = list(plan.benchmarks.names) if state != "done" else pending(out, name, plan.benchmarks)
     benchmarks = benchmarks if plan.benchmarked(unit) else []
     evaluate = state != "done" or read_eval(eval_dir(out, name)) is None
-    checks = [] if unit is None else [
-        s for s in plan.curve.steps(plan.steps) if state != "done" or read_eval(curve_dir(out, name, s)) is None]
+    checks = [] if unit is None else [  # a resumed run's checkpoints up to its latest are the ones already checked
+        s for s in plan.curve.steps(plan.steps) if state == "new" or read_eval(curve_dir(out, name, s)) is None]
     if not evaluate and not benchmarks and not checks:
         return "skipped"
     did = []
@@ -53,6 +53,7 @@ def run_unit(out: Path, plan: AblationPlan, unit: Unit | None, threads: int | No
               show_progress=show_progress)
         did.append("trained")
     elif unit is not None and state == "partial":
+        _keep_final_eval_as_check(out, plan, unit)
         train(resume=run_dir(out, unit), overrides=[f"steps={plan.steps}"], show_progress=show_progress)
         did.append("resumed")
     if evaluate or benchmarks:
@@ -69,6 +70,24 @@ def run_unit(out: Path, plan: AblationPlan, unit: Unit | None, threads: int | No
     if checks and unit is not None and _held_out_curve(out, plan, unit, checks):
         did.append("curve")
     return "+".join(did) or "skipped"  # "skipped": only checks of a run that kept no checkpoints for them
+
+
+def _keep_final_eval_as_check(out: Path, plan: AblationPlan, unit: Unit) -> None:
+    """A finished run grown to more steps: its final evaluation becomes the held-out check of the
+    step it was made at (with the final evaluation's dialogues) before training on replaces it."""
+    from mapo.run_folder import RunFolder
+
+    run, final = run_dir(out, unit), eval_dir(out, unit.name)
+    if not (run / "final").is_dir() or read_eval(final) is None:
+        return  # a run cut before its end: nothing evaluated yet
+    step = max((m.get("step", 0) for m in RunFolder(run).read_metrics()), default=0)
+    target = curve_dir(out, unit.name, step)
+    if step not in plan.curve.steps(plan.steps) or read_eval(target) is not None:
+        return
+    target.mkdir(parents=True, exist_ok=True)
+    for path in final.iterdir():
+        if path.is_file():  # eval.json and its transcripts; curve/ and bench/ stay
+            path.rename(target / path.name)
 
 
 def _held_out_curve(out: Path, plan: AblationPlan, unit: Unit, steps: Sequence[int]) -> int:

@@ -102,8 +102,9 @@ def read_bench(folder: Path) -> dict[str, Any] | None:
 
 def check_plan(out: Path, plan: AblationPlan) -> None:
     """Write plan.json, or make sure the folder's existing plan is this one (a rerun resumes it) or
-    grows it: the same settings with more variants or seeds, so a study run first on a subset
-    (`--variant`, `--seeds`) is completed in the same folder and reported as one."""
+    grows it: the same settings with more variants, seeds or steps, so a study run first on a subset
+    (`--variant`, `--seeds`) is completed in the same folder and reported as one, and runs whose
+    held-out curve has not levelled off train on from their last checkpoint (`--steps`)."""
     path = out / "plan.json"
     if path.is_file():
         # compared as plans, not text (a plan.json from before a field existed holds its default),
@@ -112,12 +113,14 @@ def check_plan(out: Path, plan: AblationPlan) -> None:
         if saved == plan.to_dict():
             return
         wanted = plan.to_dict()
+        grown = ("variants", "seeds", "steps")
         grows = (set(saved["variants"]) <= set(wanted["variants"]) and set(saved["seeds"]) <= set(wanted["seeds"])
-                 and {**saved, "variants": None, "seeds": None} == {**wanted, "variants": None, "seeds": None})
+                 and saved["steps"] <= wanted["steps"]
+                 and {**saved, **dict.fromkeys(grown)} == {**wanted, **dict.fromkeys(grown)})
         if not grows:
             raise ValueError(
                 f"{out} holds an ablation with a different plan ({path}); rerun with the same options "
-                "to resume it (more variants or seeds with the same settings grow it), or choose a new --output"
+                "to resume it (more variants, seeds or steps with the same settings grow it), or choose a new --output"
             )
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(plan.to_dict(), indent=2) + "\n", encoding="utf-8")

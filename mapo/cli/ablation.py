@@ -36,8 +36,9 @@ def ablate(
     variant: Annotated[
         Optional[list[str]], typer.Option("--variant", help="Only these variants (repeatable; default: the whole grid).")
     ] = None,
-    seeds: Annotated[Optional[int], typer.Option(help="Seeds per variant (0..N-1).")] = None,
-    steps: Annotated[Optional[int], typer.Option(help="Training steps per run (same rollout budget for all).")] = None,
+    seeds: Annotated[Optional[int], typer.Option(help="Seeds per variant (0..N-1); more into an existing --output grow it.")] = None,
+    steps: Annotated[Optional[int], typer.Option(help="Training steps per run (same rollout budget for all); more into an "
+                                                 "existing --output train its finished runs on from their last checkpoint.")] = None,
     jobs: Annotated[int, typer.Option(help="Runs in parallel processes, each with cores/jobs torch threads.")] = 1,
     report: Annotated[
         bool, typer.Option("--report", help="With --resume: write the tables and curves from the units finished so far "
