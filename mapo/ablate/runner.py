@@ -40,6 +40,8 @@ def run_unit(out: Path, plan: AblationPlan, unit: Unit | None, threads: int | No
     configure_threads(threads)
     name = unit.name if unit is not None else "base"
     state = "done" if unit is None else training_state(run_dir(out, unit), plan.steps)
+    if unit is not None and state == "partial":
+        _keep_final_eval_as_check(out, plan, unit)
     benchmarks = list(plan.benchmarks.names) if state != "done" else pending(out, name, plan.benchmarks)
     benchmarks = benchmarks if plan.benchmarked(unit) else []
     evaluate = state != "done" or read_eval(eval_dir(out, name)) is None
@@ -53,7 +55,6 @@ def run_unit(out: Path, plan: AblationPlan, unit: Unit | None, threads: int | No
               show_progress=show_progress)
         did.append("trained")
     elif unit is not None and state == "partial":
-        _keep_final_eval_as_check(out, plan, unit)
         train(resume=run_dir(out, unit), overrides=[f"steps={plan.steps}"], show_progress=show_progress)
         did.append("resumed")
     if evaluate or benchmarks:

@@ -398,7 +398,7 @@ def test_a_tiny_ablation_keeps_and_evaluates_the_checkpoints_of_its_held_out_cur
     assert done == [("base", "skipped"), ("mapo-idr-s0", "curve")]
 
 
-@pytest.mark.slow  # about a minute on the shared 2-core machine: a tiny ablation, then grown by one step
+@pytest.mark.slow  # about a minute on the shared 2-core machine: a tiny ablation, then grown by two steps
 def test_an_ablation_grown_to_more_steps_trains_its_runs_on_and_keeps_their_checks(tmp_path):
     plan = AblationPlan(
         variants=["mapo-idr"], seeds=[0], steps=2,
@@ -409,17 +409,17 @@ def test_an_ablation_grown_to_more_steps_trains_its_runs_on_and_keeps_their_chec
     run_ablation(plan, tmp_path, extra=TINY)
     first_check = curve_dir(tmp_path, "mapo-idr-s0", 1) / "eval.json"
     before = first_check.read_text()
-    grown = dataclasses.replace(plan, steps=3)
+    grown = dataclasses.replace(plan, steps=4)
     check_plan(tmp_path, grown)  # more steps, the same settings: the folder's plan grows
     done: list[tuple[str, str]] = []
     run_ablation(grown, tmp_path, extra=TINY, on_done=lambda *a: done.append(a))
     assert done == [("base", "skipped"), ("mapo-idr-s0", "resumed+evaluated+curve")]
     run = run_dir(tmp_path, Unit("mapo-idr", 0))
-    assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
-    # step 2's final evaluation (2 dialogues) became its check; step 1's check was not redone
+    assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3, 4]
+    # step 2's final evaluation (2 dialogues) became its check, step 3 got one; step 1's was not redone
     assert json.loads((curve_dir(tmp_path, "mapo-idr-s0", 2) / "eval.json").read_text())["summary"]["dialogues"] == 2
     assert first_check.read_text() == before
-    assert set(json.loads((tmp_path / "ablation.json").read_text())["heldout_curve"]["mapo-idr-s0"]) == {"0", "1", "2", "3"}
+    assert set(json.loads((tmp_path / "ablation.json").read_text())["heldout_curve"]["mapo-idr-s0"]) == {"0", "1", "2", "3", "4"}
     with pytest.raises(ValueError, match="different plan"):
         check_plan(tmp_path, plan)  # fewer steps than the folder's runs have: not the same study
 

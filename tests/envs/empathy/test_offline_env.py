@@ -302,7 +302,10 @@ def test_first_person_turns_card_notes_into_speech():
 
 
 def _normal_lines(messages):
-    return [re.sub(r"[^a-z0-9 ]", "", s.lower()).strip() for msg in messages for s in sentences(msg)]
+    """Each message's sentences, normalised, once per message: a repeat across turns is what
+    counts, not a line that echoes itself ("It's fine. It's fine.")."""
+    return [line for msg in messages
+            for line in dict.fromkeys(re.sub(r"[^a-z0-9 ]", "", s.lower()).strip() for s in sentences(msg))]
 
 
 # A 45-turn path through every branch: progress, regressions, stalls, recovery, a turning point.
