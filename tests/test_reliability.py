@@ -256,6 +256,7 @@ def test_sigkill_during_a_checkpoint_write_then_resume_reproduces_the_run(tmp_pa
     _assert_folder_sound(out)
 
 
+@pytest.mark.slow  # 20 s: two short runs (CI runs the slow tests)
 def test_resume_keeps_the_ema_teacher_of_self_distillation(tmp_path):
     """RAPO's EMA teacher lives between steps: a resumed run must restore it, not restart it."""
     settings = [*CRASH, "rapo.distill=true", "rapo.distill_teacher=ema", "checkpoint_every=2", "keep_checkpoints=2"]
@@ -289,6 +290,7 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_cleanly(tmp_path, uninterrupted):
     _assert_same_run(RunFolder(resumed).read_metrics(), uninterrupted)
 
 
+@pytest.mark.slow  # 20 s: a real terminal and engine worker (CI runs the slow tests)
 def test_ctrl_c_at_the_terminal_stops_the_trainer_not_the_engine_worker(tmp_path):
     """A terminal's Ctrl-C signals the whole foreground process group. The llama.cpp worker has a
     group of its own: it is not killed mid-request; the trainer checkpoints and stops it itself."""

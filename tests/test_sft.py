@@ -250,6 +250,7 @@ _KILLER = textwrap.dedent(
 _RUNTIME = ("step_time", "tokens_per_s_train", "wall_time", "threads")
 
 
+@pytest.mark.slow  # 25 s: three SFT runs (CI runs the slow tests)
 def test_a_killed_run_resumes_to_the_uninterrupted_result(tmp_path):
     killed = tmp_path / "killed"
     args = [sys.executable, "-c", _KILLER, "--output", str(killed), *sum((["--set", s] for s in TINY), [])]

@@ -280,6 +280,7 @@ def _comparable(metrics):
     return [{k: v for k, v in m.items() if k not in RUNTIME_KEYS} for m in metrics]
 
 
+@pytest.mark.slow  # half a minute; the SIGKILL-during-a-checkpoint test keeps a resume check in the default run (CI runs the slow tests)
 def test_kill_and_resume_reproduces_the_uninterrupted_run(tmp_path):
     overrides = [*TINY, "steps=3", "checkpoint_every=2", "seed=7"]
     killed = tmp_path / "killed"

@@ -377,6 +377,7 @@ def test_a_tiny_ablation_runs_skips_finished_units_and_resumes_a_cut_run(tmp_pat
     assert steps == [1, 2]
 
 
+@pytest.mark.slow  # half a minute: a tiny ablation with its curve (CI runs the slow tests)
 def test_a_tiny_ablation_keeps_and_evaluates_the_checkpoints_of_its_held_out_curve(tmp_path):
     plan = AblationPlan(
         variants=["mapo-idr"], seeds=[0], steps=2,

@@ -182,6 +182,7 @@ def _report(folder):
     return json.loads((folder / "ablation.json").read_text())
 
 
+@pytest.mark.slow  # about a minute on a busy 2-core machine (CI runs the slow tests)
 def test_a_tiny_study_trains_evaluates_benchmarks_and_reruns_only_what_is_missing(tmp_path):
     # one variant (each training run's own report costs seconds): the base pairs with each seed's mapo-idr
     plan = plan_for("study", variants=["mapo-idr"], seeds=2, steps=1, overrides=[*SMALL, *HF], bench_data=str(FIXTURES))
