@@ -14,7 +14,7 @@ from typing import Any
 from mapo.ablate.benchmarks import load_items, pending, run_benchmarks
 from mapo.ablate.plan import AblationPlan, EvalBudget, Unit, unit_overrides
 from mapo.ablate.report import write_outputs
-from mapo.ablate.state import check_plan, curve_dir, eval_dir, read_eval, run_dir, training_state
+from mapo.ablate.state import check_plan, curve_dir, eval_dir, last_logged_step, read_eval, run_dir, training_state
 
 
 def eval_spec(budget: EvalBudget, system_prompt: str | None = None) -> Any:
@@ -76,12 +76,10 @@ def run_unit(out: Path, plan: AblationPlan, unit: Unit | None, threads: int | No
 def _keep_final_eval_as_check(out: Path, plan: AblationPlan, unit: Unit) -> None:
     """A finished run grown to more steps: its final evaluation becomes the held-out check of the
     step it was made at (with the final evaluation's dialogues) before training on replaces it."""
-    from mapo.run_folder import RunFolder
-
     run, final = run_dir(out, unit), eval_dir(out, unit.name)
     if not (run / "final").is_dir() or read_eval(final) is None:
         return  # a run cut before its end: nothing evaluated yet
-    step = max((m.get("step", 0) for m in RunFolder(run).read_metrics()), default=0)
+    step = last_logged_step(run)
     target = curve_dir(out, unit.name, step)
     if step not in plan.curve.steps(plan.steps) or read_eval(target) is not None:
         return

@@ -32,16 +32,19 @@ def curve_dir(out: Path, name: str, step: int) -> Path:
     return eval_dir(out, name) / "curve" / f"step-{step:06d}"
 
 
+def last_logged_step(path: Path) -> int:
+    """The last training step in the run's metrics.jsonl (0 before the first)."""
+    from mapo.run_folder import RunFolder
+
+    return max((m.get("step", 0) for m in RunFolder(path).read_metrics()), default=0)
+
+
 def training_state(path: Path, steps: int) -> str:
     """"done" (final weights after `steps`), "partial" (a run folder to resume) or "new"."""
     if not (path / "config.yaml").is_file():
         return "new"
-    if (path / "final").is_dir():
-        from mapo.run_folder import RunFolder
-
-        logged = [m.get("step", 0) for m in RunFolder(path).read_metrics()]
-        if logged and max(logged) >= steps:
-            return "done"
+    if (path / "final").is_dir() and last_logged_step(path) >= steps:
+        return "done"
     return "partial"
 
 
