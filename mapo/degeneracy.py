@@ -4,12 +4,15 @@ RL amplifies whatever a reward pays for. A small policy trained against a judge 
 measures overlap with the user's story learns to echo it: loops, word salad made of the
 user's words, replies cut mid-sentence. These detectors are pure functions of text (no
 model, microseconds per reply); the same definitions serve three places, so what the
-judge refuses to pay for is exactly what the monitor reports:
+judge refuses to pay for is what the monitor reports (the monitor also counts re-asked
+questions, a pattern across turns the judge does not act on):
 
 - the offline empathy judge withholds progress from a reply any of them flags
   (`mapo/envs/empathy/offline/judge.py`), and the rule director and actor react to it;
 - `hacking_metrics` summarises a batch of replies for every training step and every
-  evaluation: distinct-2, within-reply repetition, echo, role swap and fragments.
+  evaluation: distinct-2, within-reply repetition, echo, role swap and fragments;
+  `dialogue_hacking_metrics` adds, from the order of a dialogue's turns, the share of replies
+  that re-ask a question the listener asked before (`reasked_question`).
 
 Each detector returns its evidence (a short quote) or None:
 
@@ -293,18 +296,49 @@ def find(
             if evidence and (families is None or family in families)]
 
 
+QUESTION_STEM_WORDS = 4  # a question is re-asked when it opens with the same words as an earlier one
+
+
+def question_stems(reply: str) -> list[tuple[str, ...]]:
+    """The first words of each question of `reply` (sentences ending in "?", at least the stem long)."""
+    stems = []
+    for s in sentences(reply):
+        tokens = words(s)
+        if s.rstrip().endswith("?") and len(tokens) >= QUESTION_STEM_WORDS:
+            stems.append(tuple(tokens[:QUESTION_STEM_WORDS]))
+    return stems
+
+
+def reasked_question(reply: str, earlier_replies: Sequence[str]) -> str | None:
+    """A question of `reply` that opens as one of the listener's own earlier questions in the
+    dialogue did: the loop a small policy falls into over many turns ("What would you say to
+    her? ... What would you say to the school?"), which no single reply shows. In a game whose
+    questions share a form by design ("Is it made of ...?") it counts that form too."""
+    asked = {stem for earlier in earlier_replies for stem in question_stems(earlier)}
+    for stem in question_stems(reply):
+        if stem in asked:
+            return f"asks again: '{' '.join(stem)} ...?'"
+    return None
+
+
 def dialogue_hacking_metrics(dialogues: Iterable[Sequence[tuple[str, str]]]) -> dict[str, float]:
     """`hacking_metrics` over every reply of `dialogues` (each a list of (user message, reply)
     turns), each reply against what the user had said in its dialogue up to that turn: a reply
-    echoing an earlier message is as much an echo as one echoing the latest."""
+    echoing an earlier message is as much an echo as one echoing the latest. Adds `hack_reask`,
+    the share of replies with a `reasked_question`."""
     replies: list[str] = []
     said_so_far: list[list[str]] = []
+    reasked = 0
     for turns in dialogues:
         users = [user for user, _ in turns]
         for i, (_, reply) in enumerate(turns):
             replies.append(reply)
             said_so_far.append(users[: i + 1])
-    return hacking_metrics(replies, said_so_far)
+            reasked += reasked_question(reply, [earlier for _, earlier in turns[:i]]) is not None
+    metrics = hacking_metrics(replies, said_so_far)
+    if replies:
+        metrics["hack_reask"] = reasked / len(replies)
+    return metrics
 
 
 def hacking_metrics(replies: Sequence[str], user_texts: Sequence[Sequence[str]]) -> dict[str, float]:

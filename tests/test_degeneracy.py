@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from mapo.degeneracy import find, fragment, hacking_metrics, invented, keyword_stuffing, loop, role_swap, word_salad
+from mapo.degeneracy import (
+    dialogue_hacking_metrics,
+    find,
+    fragment,
+    hacking_metrics,
+    invented,
+    keyword_stuffing,
+    loop,
+    reasked_question,
+    role_swap,
+    word_salad,
+)
 
 USER = "I lost the job at the bakery."
 ECHO = "Losing the job at the bakery must hurt."  # 2 of its 5 word 4-grams are the user's
@@ -118,3 +129,21 @@ def test_find_reports_only_the_families_asked_for():
     assert [f.family for f in only_loops] == ["loop"]
     with pytest.raises(ValueError, match="unknown families"):
         find(reply, ["I failed the exam again."], families=("loops",))
+
+
+def test_a_question_opening_as_an_earlier_one_of_the_dialogue_is_reasked():
+    earlier = ["That sounds hard. What would you say to her?"]
+    assert reasked_question("I see. What would you say to the school?", earlier) == "asks again: 'what would you say ...?'"
+    assert reasked_question("What would make tomorrow easier?", earlier) is None  # another question
+    assert reasked_question("I would say to her that it hurt.", earlier) is None  # not a question
+    assert reasked_question("What would you say to her?", []) is None  # nothing asked before
+
+
+def test_dialogue_hacking_metrics_counts_reasked_questions_within_each_dialogue_only():
+    ask = ("How are you?", "What would you say to her?")
+    other = ("Fine.", "Where does it hurt most?")
+    metrics = dialogue_hacking_metrics([[ask, other, ask], [ask]])  # one re-ask among four replies
+    assert metrics["hack_reask"] == pytest.approx(1 / 4)
+    assert set(metrics) == {"hack_distinct2", "hack_repetition", "hack_echo", "hack_role_swap", "hack_fragment",
+                            "hack_reask"}
+    assert dialogue_hacking_metrics([]) == {}

@@ -232,7 +232,7 @@ def test_mapo_train_end_to_end_writes_the_run_folder(tmp_path):
         "step_time",
     ):
         assert all(np.isfinite(m[key]) for m in metrics), key
-    for key in ("hack_distinct2", "hack_repetition", "hack_echo", "hack_role_swap", "hack_fragment"):
+    for key in ("hack_distinct2", "hack_repetition", "hack_echo", "hack_role_swap", "hack_fragment", "hack_reask"):
         assert all(0.0 <= m[key] <= 1.0 for m in metrics), key
     transcripts = [json.loads(x) for x in (out / "transcripts.jsonl").read_text().splitlines()]
     assert (

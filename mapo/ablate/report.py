@@ -69,7 +69,7 @@ def measure(out: Path, plan: AblationPlan) -> Measured:
         result = read_eval(eval_dir(out, name))
         if result is not None:
             found.transcripts[name] = read_transcripts(eval_dir(out, name))
-            found.evals[name] = eval_metrics(result)
+            found.evals[name] = eval_metrics(result, found.transcripts[name])
             found.dialogues[name] = dialogue_metrics(result, found.transcripts[name])
             found.seconds.setdefault(name, {})["eval_seconds"] = result["config"].get("seconds")
             found.references = found.references or dict(result["summary"].get("references") or {})

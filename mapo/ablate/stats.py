@@ -77,9 +77,10 @@ def training_metrics(rows: Sequence[dict[str, Any]]) -> dict[str, float | None]:
     }
 
 
-def eval_metrics(result: dict[str, Any]) -> dict[str, float | None]:
+def eval_metrics(result: dict[str, Any], transcripts: Iterable[dict[str, Any]] = ()) -> dict[str, float | None]:
     """The table's metrics from one eval.json: pass rate, EPM-Q, the held-out IDR return D_0 - D_T,
-    alignment, and the reward-hacking monitor (None where an older eval.json lacks it)."""
+    alignment, and the reward-hacking monitor. A monitor figure an older eval.json lacks is computed
+    from its `transcripts` (the monitor is a function of the replies), else None."""
     from mapo.rewards import rewards_from_distances
 
     summary = result["summary"]
@@ -90,6 +91,10 @@ def eval_metrics(result: dict[str, Any]) -> dict[str, float | None]:
         if len(sample["distances"]) > 1
     ]
     hacking = summary.get("hacking") or {}
+    transcripts = list(transcripts)
+    if transcripts and any(key not in hacking for key, _ in HACKING_METRICS):
+        dialogues = [[(t["user"], t["response"]) for t in r["turns"]] for r in transcripts]
+        hacking = {**dialogue_hacking_metrics(dialogues), **hacking}
     figures = summary.get("figures") or {}
     return {
         "pass_rate": 100.0 * summary["pass_rate"],

@@ -56,7 +56,7 @@ PANELS = (
     ),
     # The judge's own degeneracy detectors (mapo.degeneracy): rising echo or fragments under a
     # rising reward means the policy is learning the judge, not the user.
-    Panel("Reward-hacking monitor", ("hack_echo", "hack_repetition", "hack_role_swap", "hack_fragment"),
+    Panel("Reward-hacking monitor", ("hack_echo", "hack_repetition", "hack_role_swap", "hack_fragment", "hack_reask"),
           ("hack_distinct2",), "rate (lower is better)", "distinct-2 (higher is better)"),
     # an environment's own figures (`dialogue_summary`, logged as env_*): the questioning game's
     Panel("Game figures", ("env_success_rate", "env_invalid_rate", "env_repeat_rate"), ("env_bits_per_question",),

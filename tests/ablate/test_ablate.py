@@ -188,6 +188,12 @@ def test_eval_metrics_reads_pass_rate_epmq_alignment_and_the_held_out_return():
     # an eval.json from before a figure existed: that one is missing, the others are read
     assert {k: eval_metrics(result)[k] for k, _ in GAME_METRICS} == {**result["summary"]["figures"],
                                                                      "early_guesses": None, "stalled_turns": None}
+    # a monitor figure the eval.json lacks comes from its transcripts; one it has is kept as written
+    result["summary"]["hacking"] = {"hack_echo": 0.5}
+    transcripts = [{"turns": [{"user": "Hi.", "response": "What would you say to her?"},
+                              {"user": "Not much.", "response": "What would you say to him?"}]}]
+    metrics = eval_metrics(result, transcripts)
+    assert metrics["hack_echo"] == 0.5 and metrics["hack_reask"] == 0.5 and metrics["hack_fragment"] == 0.0
 
 
 def test_steps_to_half_reads_a_trailing_mean_against_the_best_variants_final_success():

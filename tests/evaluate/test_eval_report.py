@@ -18,7 +18,7 @@ ALL_KEYS = (
     "adv_batch_abs_mean adv_mixed_mean adv_mixed_std adv_mixed_abs_mean response_length_mean truncated_fraction "
     "kl kl_old entropy clip_fraction ratio_mean turns_mean final_distance_mean tokens_per_s_rollout "
     "tokens_per_s_train step_time backend_retries_http_500 judge_repairs judge_fallbacks "
-    "hack_distinct2 hack_repetition hack_echo hack_role_swap hack_fragment "
+    "hack_distinct2 hack_repetition hack_echo hack_role_swap hack_fragment hack_reask "
     "env_success_rate env_invalid_rate env_repeat_rate env_bits_per_question"
 ).split()
 
