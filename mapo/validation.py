@@ -50,6 +50,16 @@ def json_lines(path: Path, what: str, error: type[Exception]) -> Iterator[tuple[
         yield number, value
 
 
+def read_records(path: Path, what: str, error: type[Exception] = ValueError) -> list[dict[str, Any]]:
+    """The JSON objects of a .jsonl file, one a line; anything else is `error` naming the file and line."""
+    records = []
+    for number, value in json_lines(path, what, error):
+        if not isinstance(value, dict):
+            raise error(f"{path}:{number}: expected a JSON object, got {type(value).__name__}")
+        records.append(value)
+    return records
+
+
 def read_yaml(path: Path, what: str, error: type[Exception]) -> Any:
     """Parse a YAML file; any failure becomes `error` naming the file (and line, if known)."""
     text = read_text(path, what, error)

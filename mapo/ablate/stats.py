@@ -14,7 +14,7 @@ import numpy as np
 from mapo.ablate.intervals import cluster_bootstrap, t_interval
 from mapo.ablate.plan import AblationPlan, Unit
 from mapo.degeneracy import dialogue_hacking_metrics
-from mapo.evaluate.empa import HACKING_HIGHER_IS_BETTER, HACKING_LABELS
+from mapo.evaluate.empa import HACKING_HIGHER_IS_BETTER, HACKING_LABELS, monitor_figures
 
 METRICS = (  # (key, column header): held-out evaluation metrics in the table
     ("pass_rate", "pass rate (%)"),
@@ -90,11 +90,7 @@ def eval_metrics(result: dict[str, Any], transcripts: Iterable[dict[str, Any]] =
         for sample in scenario["samples"]
         if len(sample["distances"]) > 1
     ]
-    hacking = summary.get("hacking") or {}
-    transcripts = list(transcripts)
-    if transcripts and any(key not in hacking for key, _ in HACKING_METRICS):
-        dialogues = [[(t["user"], t["response"]) for t in r["turns"]] for r in transcripts]
-        hacking = {**dialogue_hacking_metrics(dialogues), **hacking}
+    hacking = monitor_figures(summary.get("hacking") or {}, transcripts)
     figures = summary.get("figures") or {}
     return {
         "pass_rate": 100.0 * summary["pass_rate"],

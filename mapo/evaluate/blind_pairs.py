@@ -28,7 +28,7 @@ from typing import Any
 from mapo.evaluate.bench import write_jsonl
 from mapo.evaluate.compare import read_result
 from mapo.evaluate.validity import verdict_of
-from mapo.validation import json_lines
+from mapo.validation import read_records
 
 PAIRS_FORMAT = "mapo-blind-pairs/1"
 KEY_FORMAT = "mapo-blind-key/1"
@@ -47,16 +47,6 @@ class EvalRun:
     transcripts: dict[tuple[str, int], dict[str, Any]]  # (scenario_id, sample_index) -> transcript record
     epmq: dict[tuple[str, int], float | None]
     verdict: dict[str, Any]
-
-
-def read_records(path: Path, what: str, error: type[Exception] = ValueError) -> list[dict[str, Any]]:
-    """The JSON objects of a .jsonl file, one a line; anything else is `error` naming the file and line."""
-    records = []
-    for number, value in json_lines(path, what, error):
-        if not isinstance(value, dict):
-            raise error(f"{path}:{number}: expected a JSON object, got {type(value).__name__}")
-        records.append(value)
-    return records
 
 
 def load_eval_run(folder: str | Path, label: str | None = None) -> EvalRun:

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from mapo.ablate.intervals import clopper_pearson
-from mapo.evaluate.blind_pairs import KEY_FORMAT, RATINGS_HEADER, SHA_LINE, SIDES, read_records, sha256_of
+from mapo.evaluate.blind_pairs import KEY_FORMAT, RATINGS_HEADER, SHA_LINE, SIDES, sha256_of
+from mapo.validation import read_records
 from mapo.validation import read_text
 
 CHOICES = {"a": "A", "b": "B", "tie": "tie"}

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mapo.evaluate.empa import EPMQ_KEYS, HACKING_HIGHER_IS_BETTER, HACKING_LABELS
+from mapo.evaluate.empa import EPMQ_KEYS, HACKING_HIGHER_IS_BETTER, HACKING_LABELS, monitor_figures
 from mapo.evaluate.html import esc, page
 from mapo.evaluate.validity import verdict_of
+from mapo.validation import read_records
 
 
 @dataclass
@@ -137,7 +138,12 @@ def load_result(path: str | Path, label: str | None = None) -> Result:
     readers = {"eval": _eval_metrics, "emobench": _emobench_metrics, "eqbench": _eqbench_metrics}
     if kind not in readers or "summary" not in data:
         raise ValueError(f"{file}: not a mapo eval or benchmark result (no summary / unknown benchmark)")
+    transcripts = file.parent / "transcripts.jsonl"
     try:
+        hacking = data["summary"].get("hacking") or {}
+        if kind == "eval" and transcripts.is_file() and any(key not in hacking for key in HACKING_LABELS):
+            # an eval.json older than a monitor figure: computed from the replies beside it
+            data["summary"]["hacking"] = monitor_figures(hacking, read_records(transcripts, "transcripts"))
         metrics = readers[kind](data)
     except (KeyError, TypeError) as err:
         raise ValueError(f"{file}: {kind} result is missing {err}") from None

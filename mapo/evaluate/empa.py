@@ -41,6 +41,17 @@ HACKING_LABELS = {
 HACKING_HIGHER_IS_BETTER = frozenset({"hack_distinct2"})  # varied wording; the others are failures
 
 
+def monitor_figures(hacking: Mapping[str, float], transcripts: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """An evaluation's reward-hacking monitor: the figures its summary has (`hacking`), and any it
+    lacks (an eval.json written before that figure existed) computed from its `transcripts`, since
+    the monitor is a function of the replies. Without transcripts, `hacking` as it is."""
+    transcripts = list(transcripts)
+    if not transcripts or all(key in hacking for key in HACKING_LABELS):
+        return dict(hacking)
+    dialogues = [[(t["user"], t["response"]) for t in r["turns"]] for r in transcripts]
+    return {**dialogue_hacking_metrics(dialogues), **hacking}
+
+
 def outcome_of(done_reason: str | None) -> str:
     """The EMPA outcome class of a dialogue's ending reason."""
     if done_reason in ("success", "failure"):

@@ -75,6 +75,20 @@ def test_hacking_monitor_beside_epmq_with_the_better_direction(tmp_path):
     assert "style='color:#c2452d'>-0.4</td>" in html and "style='color:#c2452d'>+0.4</td>" in html
 
 
+def test_a_monitor_figure_an_older_eval_lacks_comes_from_the_transcripts_beside_it(tmp_path):
+    older = eval_json(tmp_path / "older", 0.2, 40.0, hacking=hacking(0.8, 0.1))  # before re-asks were counted
+    turns = [{"user": "Hi.", "response": "What would you say to her?"},
+             {"user": "Not much.", "response": "What would you say to him?"}]
+    (older / "transcripts.jsonl").write_text(json.dumps({"scenario_id": "s", "sample_index": 0, "turns": turns}) + "\n")
+    bare = eval_json(tmp_path / "bare", 0.2, 40.0, hacking=hacking(0.8, 0.1))  # no transcripts: stays missing
+    rows = {metric.name: values for metric, values in table_rows([load_result(older), load_result(bare)])}
+    assert rows["reward hacking: re-asked question (lower is better)"] == [0.5, None]
+    assert rows["reward hacking: echo (lower is better)"] == [0.1, 0.1]  # what the file has is kept as written
+    (older / "transcripts.jsonl").write_text("{not json\n")
+    with pytest.raises(ValueError, match="transcripts.jsonl:1: invalid JSON"):
+        load_result(older)
+
+
 def test_write_comparison_and_cli(tmp_path):
     a = eval_json(tmp_path / "runs" / "a", 0.1, 30.0)
     b = eval_json(tmp_path / "other" / "a", 0.2, 35.0)
