@@ -13,8 +13,7 @@ import numpy as np
 
 from mapo.ablate.intervals import cluster_bootstrap, t_interval
 from mapo.ablate.plan import AblationPlan, Unit
-from mapo.degeneracy import dialogue_hacking_metrics
-from mapo.evaluate.empa import HACKING_HIGHER_IS_BETTER, HACKING_LABELS, monitor_figures
+from mapo.evaluate.empa import HACKING_HIGHER_IS_BETTER, HACKING_LABELS, monitor_figures, transcript_hacking_metrics
 
 METRICS = (  # (key, column header): held-out evaluation metrics in the table
     ("pass_rate", "pass rate (%)"),
@@ -161,7 +160,7 @@ def dialogue_metrics(result: dict[str, Any], transcripts: Iterable[dict[str, Any
     None without one: distinct-2 here is within the dialogue, not across the evaluation)."""
     hacking = {
         dialogue_key(r["scenario_id"], r["sample_index"]):
-            dialogue_hacking_metrics([[(t["user"], t["response"]) for t in r["turns"]]])
+            transcript_hacking_metrics([r])
         for r in transcripts
     }
     found = {}

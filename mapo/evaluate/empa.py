@@ -41,6 +41,11 @@ HACKING_LABELS = {
 HACKING_HIGHER_IS_BETTER = frozenset({"hack_distinct2"})  # varied wording; the others are failures
 
 
+def transcript_hacking_metrics(transcripts: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """The reward-hacking monitor over transcript records (each with turns of user and response)."""
+    return dialogue_hacking_metrics([(t["user"], t["response"]) for t in r["turns"]] for r in transcripts)
+
+
 def monitor_figures(hacking: Mapping[str, float], transcripts: Iterable[Mapping[str, Any]]) -> dict[str, float]:
     """An evaluation's reward-hacking monitor: the figures its summary has (`hacking`), and any it
     lacks (an eval.json written before that figure existed) computed from its `transcripts`, since
@@ -48,8 +53,7 @@ def monitor_figures(hacking: Mapping[str, float], transcripts: Iterable[Mapping[
     transcripts = list(transcripts)
     if not transcripts or all(key in hacking for key in HACKING_LABELS):
         return dict(hacking)
-    dialogues = [[(t["user"], t["response"]) for t in r["turns"]] for r in transcripts]
-    return {**dialogue_hacking_metrics(dialogues), **hacking}
+    return {**transcript_hacking_metrics(transcripts), **hacking}
 
 
 def outcome_of(done_reason: str | None) -> str:
@@ -199,7 +203,7 @@ def aggregate(dialogues: Sequence[dict[str, Any]], transcripts: Sequence[Mapping
         # turns with any role's fallback, over all turns: what `mapo.evaluate.validity` judges
         "turns_total": sum(d["turns"] for d in dialogues),
         "fallback_turns": sum(d.get("fallback_turns", 0) for d in dialogues),
-        "hacking": dialogue_hacking_metrics([(t["user"], t["response"]) for t in r["turns"]] for r in transcripts),
+        "hacking": transcript_hacking_metrics(transcripts),
     }
 
 
