@@ -451,13 +451,13 @@ def _set_plan_field(data: dict[str, Any], assignment: str) -> None:
 def plan_for(
     name: str = "default",
     variants: Sequence[str] | None = None,
-    seeds: int | None = None,
+    seeds: int | Sequence[int] | None = None,
     steps: int | None = None,
     overrides: Sequence[str] = (),
     bench_data: str | None = None,
 ) -> AblationPlan:
-    """`mapo ablate`'s plan from its options: the named plan (PLANS) with the variants, the number
-    of seeds (0..N-1), the steps and the benchmark data folder changed; `overrides` starting with
+    """`mapo ablate`'s plan from its options: the named plan (PLANS) with the variants, the seeds
+    (a number N: 0..N-1; a list: those seeds, e.g. the ones another machine runs), the steps and the benchmark data folder changed; `overrides` starting with
     "eval.", "benchmarks." or "curve." set the plan's fields, the others are training settings for every run.
 
     The benchmark folder is made absolute here, so plan.json names it wherever a resume runs."""
@@ -471,7 +471,7 @@ def plan_for(
         # a variant left out is not benchmarked either
         data["benchmarks"]["targets"] = [t for t in data["benchmarks"]["targets"] if t == "base" or t in variants]
     if seeds is not None:
-        data["seeds"] = list(range(seeds))
+        data["seeds"] = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     if steps is not None:
         data["steps"] = steps
     for assignment in overrides:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from mapo.ablate.benchmarks import load_items, pending, run_benchmarks
+from mapo.ablate.export import is_export
 from mapo.ablate.plan import AblationPlan, EvalBudget, Unit, unit_overrides
 from mapo.ablate.report import write_outputs
 from mapo.ablate.state import check_plan, curve_dir, eval_dir, last_logged_step, read_eval, run_dir, training_state
@@ -166,6 +167,9 @@ def run_ablation(
     Each process gets max(1, cores // jobs) torch threads.
     """
     out = Path(out)
+    if is_export(out):
+        raise ValueError(f"{out} is an export (results without weights): --report reads it; "
+                         "train and evaluate in the ablation it came from")
     if jobs < 1:
         raise ValueError(f"--jobs must be at least 1, got {jobs}")
     from mapo.config import load_config

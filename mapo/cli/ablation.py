@@ -37,6 +37,10 @@ def ablate(
         Optional[list[str]], typer.Option("--variant", help="Only these variants (repeatable; default: the whole grid).")
     ] = None,
     seeds: Annotated[Optional[int], typer.Option(help="Seeds per variant (0..N-1); more into an existing --output grow it.")] = None,
+    seed: Annotated[
+        Optional[list[int]], typer.Option("--seed", help="Only these seeds (repeatable; instead of --seeds): a seed to redo, "
+                                          "or the share of a study another machine runs, merged later with --report.")
+    ] = None,
     steps: Annotated[Optional[int], typer.Option(help="Training steps per run (same rollout budget for all); more into an "
                                                  "existing --output train its finished runs on from their last checkpoint.")] = None,
     jobs: Annotated[int, typer.Option(help="Runs in parallel processes, each with cores/jobs torch threads.")] = 1,
@@ -47,6 +51,12 @@ def ablate(
     paired_with: Annotated[
         Optional[list[str]], typer.Option("--paired-with", help="With --report: also pair every variant with this one "
                                           "(repeatable; mapo-idr always is), by seed and by held-out dialogue.")
+    ] = None,
+    export: Annotated[
+        Optional[Path], typer.Option("--export", help="With --resume: copy the finished runs' results without their weights "
+                                     "(metrics, transcripts, evaluations) into this folder and write its report there; "
+                                     "into an existing export it adds them (the shares of one study). Small enough to commit; "
+                                     "--resume EXPORT --report rebuilds the tables.")
     ] = None,
     set_: SetOpt = None,
 ) -> None:
@@ -61,21 +71,31 @@ def ablate(
     from mapo.run_folder import new_run_dir
 
     try:
-        if paired_with and not report:
+        if paired_with and not (report or export):
             raise ValueError("--paired-with goes with --report (the tables of a finished or cut ablation)")
+        if export is not None and resume is None:
+            raise ValueError("--export copies an existing ablation: give its folder with --resume")
         if resume is not None:
-            if quick or plan_name or bench_data or variant or seeds or steps or output or set_:
+            if quick or plan_name or bench_data or variant or seeds or seed or steps or output or set_:
                 raise ValueError("--resume continues an ablation with its own plan.json; drop the other plan options")
             plan, folder = read_plan(resume), resume
         elif report:
             raise ValueError("--report reads an existing ablation: give its folder with --resume")
         else:
+            if seeds is not None and seed:
+                raise ValueError("--seeds N runs seeds 0..N-1 and --seed K only K: give one of them")
             if quick and plan_name not in (None, "quick"):
                 raise ValueError(f"--quick is --plan quick; it does not go with --plan {plan_name}")
             name = "quick" if quick else plan_name or "default"
-            plan = plan_for(name, variant, seeds, steps, set_ or (), str(bench_data) if bench_data else None)
+            plan = plan_for(name, variant, seed or seeds, steps, set_ or (), str(bench_data) if bench_data else None)
             folder = output or new_run_dir("runs", "ablate" if name == "default" else f"ablate-{name}")
-        if report:
+        if export is not None:
+            from mapo.ablate.export import export_ablation
+
+            plan, copied, left = export_ablation(folder, export)
+            typer.echo(f"Exported {len(copied)} runs to {export}" + (f"; not finished, left out: {', '.join(left)}" if left else ""))
+            md = write_outputs(export, plan, paired_with or ())
+        elif report:
             md = write_outputs(folder, plan, paired_with or ())
         else:
             typer.echo(f"Ablation ({plan.name} plan): {len(plan.units())} runs ({', '.join(plan.variants)} x seeds {plan.seeds}) "

@@ -460,3 +460,32 @@ def test_cli_resume_takes_no_plan_options(tmp_path):
     assert result.exit_code == 2 and "drop the other plan options" in result.output
     result = CliRunner().invoke(app, ["ablate", "--resume", str(tmp_path)])
     assert result.exit_code == 2 and "plan.json" in result.output
+
+
+def test_shares_of_a_study_export_without_weights_into_one_folder_that_reports_like_the_whole(tmp_path):
+    whole = write_game_ablation(tmp_path / "whole", GAME_FINALS)
+    check_plan(tmp_path / "whole", whole)
+    for seed in (0, 1):  # the study run as two shares, one seed each, with a checkpoint that is not exported
+        share = tmp_path / f"share{seed}"
+        plan = write_game_ablation(share, {k: v for k, v in GAME_FINALS.items() if k == "base" or k.endswith(f"-s{seed}")})
+        check_plan(share, dataclasses.replace(plan, seeds=[seed]))
+        (share / "runs" / f"mapo-idr-s{seed}" / "checkpoints").mkdir()
+        (share / "runs" / f"mapo-idr-s{seed}" / "checkpoints" / "weights.bin").write_bytes(b"0" * 1000)
+        result = CliRunner().invoke(app, ["ablate", "--resume", str(share), "--export", str(tmp_path / "export")])
+        assert result.exit_code == 0 and "Exported 2 runs" in result.output, result.output
+    export = tmp_path / "export"
+    assert json.loads((export / "plan.json").read_text())["seeds"] == [0, 1]
+    assert not list(export.rglob("checkpoints")) and (export / "runs" / "mapo-idr-s1" / "final" / "WEIGHTS_LEFT_OUT").is_file()
+    assert [s["units"] for s in json.loads((export / "exported.json").read_text())["shares"]] == [
+        ["mapo-idr-s0", "grpo-idr-s0"], ["mapo-idr-s1", "grpo-idr-s1"]]
+    tables = lambda folder: {k: v for k, v in json.loads((folder / "ablation.json").read_text())["tables"].items()}  # noqa: E731
+    write_outputs(tmp_path / "whole", whole)
+    assert tables(export) == tables(tmp_path / "whole")
+    with pytest.raises(ValueError, match="is an export"):
+        run_ablation(whole, export)
+    longer = tmp_path / "longer"  # a share of another length is another study
+    check_plan(longer, dataclasses.replace(whole, steps=6))
+    result = CliRunner().invoke(app, ["ablate", "--resume", str(longer), "--export", str(export)])
+    assert result.exit_code == 2 and "steps differ" in result.output
+    result = CliRunner().invoke(app, ["ablate", "--export", str(export)])
+    assert result.exit_code == 2 and "--resume" in result.output

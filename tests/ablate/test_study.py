@@ -103,6 +103,7 @@ def test_options_override_the_named_plan_and_plan_fields_go_through_set(tmp_path
     assert load_config(None, unit_overrides(plan, Unit("turn-idr", 0), None)).rollout.max_turns == 8
     assert plan.benchmarks.targets == ["base", "mapo-idr"]  # grpo-idr was left out
     assert plan.benchmarks.data == str(tmp_path.resolve())
+    assert plan_for("game-forfeit", seeds=[3, 4]).seeds == [3, 4]  # `--seed 3 --seed 4`: only those
     with pytest.raises(ValueError, match="the plan's eval has no field 'sample'.*samples"):
         plan_for("study", overrides=["eval.sample=1"])
     with pytest.raises(ValueError, match="benchmarks.limit: Input should be a valid integer"):
@@ -135,6 +136,8 @@ def test_cli_plan_options_are_checked_before_anything_runs(tmp_path):
     assert result.exit_code == 2 and "drop the other plan options" in flat(result.output)
     result = runner.invoke(app, ["ablate", "--plan", "nope", "--output", str(tmp_path / "b")])
     assert result.exit_code == 2 and "unknown ablation plan 'nope'" in flat(result.output)
+    result = runner.invoke(app, ["ablate", "--plan", "game", "--seeds", "2", "--seed", "3", "--output", str(tmp_path / "d")])
+    assert result.exit_code == 2 and "give one of them" in flat(result.output)
     result = runner.invoke(app, ["ablate", "--plan", "study", "--bench-data", str(tmp_path / "none"),
                                  "--output", str(tmp_path / "c")])
     assert result.exit_code == 2 and "no EQ-Bench questions file" in flat(result.output) and "--bench-data" in flat(result.output)

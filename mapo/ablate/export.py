@@ -1,0 +1,86 @@
+"""An ablation's results without its weights: a folder small enough to commit beside a write-up,
+and the way to put together the shares of one study run in several folders or on several machines
+(`mapo ablate --resume SRC --export DEST`, once per share). `mapo ablate --resume DEST --report`
+reads it like the original, so the tables, intervals and curves can be rebuilt by anyone after the
+checkpoints are gone.
+
+Kept: plan.json, each finished run's config.yaml, metrics.jsonl and training transcripts, each
+evaluation folder (the held-out evaluation with its transcripts, the curve's checks, benchmarks).
+Left out: checkpoints, final weights, logs. A run's final/ holds only `WEIGHTS_LEFT_OUT`, so the
+report counts the run as finished; training refuses an export (there is nothing to resume from).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from mapo.ablate.plan import AblationPlan
+from mapo.ablate.state import eval_dir, read_eval, read_plan, run_dir, training_state
+
+EXPORT_MARK = "exported.json"  # at the export's root: where each share came from
+WEIGHTS_LEFT_OUT = "WEIGHTS_LEFT_OUT"
+RUN_FILES = ("config.yaml", "metrics.jsonl", "transcripts.jsonl")
+SHARED = ("variants", "seeds")  # what the shares of one study may differ in
+
+
+def is_export(folder: Path) -> bool:
+    return (folder / EXPORT_MARK).is_file()
+
+
+def merged_plan(saved: AblationPlan, share: AblationPlan) -> AblationPlan:
+    """One plan for two shares of a study: their variants and seeds together; every other setting
+    (steps included: a run of other length is another study) must be the same."""
+    a, b = saved.to_dict(), share.to_dict()
+    differ = sorted(k for k in a if k not in (*SHARED, "name") and a[k] != b[k])
+    if differ:
+        raise ValueError(f"the export holds a study with other settings ({', '.join(differ)} differ); "
+                         "choose another export folder")
+    return AblationPlan.from_dict({
+        **a,
+        "variants": a["variants"] + [v for v in b["variants"] if v not in a["variants"]],
+        "seeds": sorted({*a["seeds"], *b["seeds"]}),
+    })
+
+
+def export_ablation(source: Path, target: Path) -> tuple[AblationPlan, list[str], list[str]]:
+    """Copy `source`'s finished units (and its base evaluation, when `target` has none) into
+    `target`, merging the plans. Returns the merged plan, the units copied and the units left out
+    (not finished: still training or not evaluated)."""
+    if source.resolve() == target.resolve():
+        raise ValueError(f"--export {target}: give a folder other than the ablation itself")
+    plan = read_plan(source)
+    if (target / "plan.json").is_file():
+        if not is_export(target):
+            raise ValueError(f"{target} is an ablation, not an export: choose a new or an exported folder")
+        plan = merged_plan(read_plan(target), plan)
+    copied, left = [], []
+    target.mkdir(parents=True, exist_ok=True)
+    for unit in read_plan(source).units():
+        run = run_dir(source, unit)
+        if training_state(run, plan.steps) != "done" or read_eval(eval_dir(source, unit.name)) is None:
+            left.append(unit.name)
+            continue
+        dest = run_dir(target, unit)
+        shutil.rmtree(dest, ignore_errors=True)
+        (dest / "final").mkdir(parents=True)
+        for name in RUN_FILES:
+            if (run / name).is_file():
+                shutil.copy2(run / name, dest / name)
+        (dest / "final" / WEIGHTS_LEFT_OUT).write_text(f"exported from {run.resolve()}\n", encoding="utf-8")
+        _copy_eval(source, target, unit.name)
+        copied.append(unit.name)
+    if read_eval(eval_dir(target, "base")) is None and read_eval(eval_dir(source, "base")) is not None:
+        _copy_eval(source, target, "base")
+    marks = json.loads((target / EXPORT_MARK).read_text(encoding="utf-8")) if is_export(target) else {"shares": []}
+    marks["shares"].append({"source": str(source.resolve()), "units": copied})
+    (target / EXPORT_MARK).write_text(json.dumps(marks, indent=2) + "\n", encoding="utf-8")
+    (target / "plan.json").write_text(json.dumps(plan.to_dict(), indent=2) + "\n", encoding="utf-8")
+    return plan, copied, left
+
+
+def _copy_eval(source: Path, target: Path, name: str) -> None:
+    dest = eval_dir(target, name)
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(eval_dir(source, name), dest)
