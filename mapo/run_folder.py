@@ -3,6 +3,7 @@
     <run>/config.yaml          the resolved config
     <run>/metrics.jsonl        one JSON object per step
     <run>/transcripts.jsonl    sampled dialogues (one per line, with their step)
+    <run>/provenance.jsonl     software versions and machine, one line per start or resume (mapo.provenance)
     <run>/checkpoints/step-000008/{policy/, trainer_state.pt, trainer_state.json}
     <run>/final/               the trained adapter (or model) + tokenizer
     <run>/tensorboard/         when enabled and installed
@@ -60,6 +61,12 @@ class RunFolder:
 
     def log_transcripts(self, records: Iterable[dict[str, Any]]) -> None:
         self._append(self.transcripts_path, records)
+
+    def log_provenance(self, step: int) -> None:
+        """What this start (step 0) or resume (from `step`) runs on: a resume on another install is on record."""
+        from mapo.provenance import provenance
+
+        self._append(self.path / "provenance.jsonl", [{"step": step, **provenance()}])
 
     @staticmethod
     def _append(path: Path, records: Iterable[dict[str, Any]]) -> None:

@@ -297,6 +297,7 @@ class Trainer:
         bar = progress_bar(
             cfg.steps, "train", completed=self.step, status=PROGRESS_STATUS, show=show_progress, reward="-", ret="-", success="-"
         )
+        run.log_provenance(self.step)
         self.engine = self.start_engine(run.path)
         for line in self.setup_lines + self.engine_lines():  # the run's first lines: how it computes, and why
             log.info(line)

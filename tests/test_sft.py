@@ -288,6 +288,10 @@ def test_a_training_config_chains_sft_then_rl_and_a_resume_skips_the_done_sft(tm
     train(resume=run, overrides=["steps=2"], show_progress=False)
     assert [m["step"] for m in RunFolder(run).read_metrics()] == [1, 2]
     assert (run / "sft" / "metrics.jsonl").read_text() == sft_metrics  # not trained again
+    # each start and resume says what it ran on
+    assert [json.loads(x)["step"] for x in (run / "provenance.jsonl").read_text().splitlines()] == [0, 1]
+    (sft_start,) = [json.loads(x) for x in (run / "sft" / "provenance.jsonl").read_text().splitlines()]
+    assert sft_start["step"] == 0 and sft_start["software"]["torch"] == torch.__version__
 
 
 def test_a_chained_config_with_bad_data_fails_before_writing_anything(tmp_path):

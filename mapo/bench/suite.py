@@ -8,8 +8,6 @@ into docs/performance.md, with the machine it ran on.
 
 from __future__ import annotations
 
-import os
-import platform
 import time
 import traceback
 from collections.abc import Callable
@@ -17,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mapo.config import TrainConfig
+from mapo.provenance import machine_description
 
 # name -> (what it measures, the ratio key its target applies to)
 BENCHMARKS: dict[str, str] = {
@@ -37,36 +36,6 @@ QUICK_SIZES: dict[str, dict[str, Any]] = {
     "llm-env": {"trajectories": 4, "turns": 1, "concurrency": 4},
     "grpo": {"prompts": 2, "group": 4, "max_new_tokens": 16, "timed": 1},
 }
-
-
-def machine_description() -> dict[str, Any]:
-    """CPU model, cores, memory and load: what a reader needs to weigh the numbers."""
-    import torch
-
-    model = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    memory = None
-    try:
-        pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
-        memory = round(pages * size / 2**30, 1)
-    except (ValueError, OSError):
-        pass
-    return {
-        "cpu": model,
-        "cores": os.cpu_count(),
-        "memory_gib": memory,
-        "load_average_1min": round(os.getloadavg()[0], 2),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-    }
 
 
 def run_benchmark(name: str, config: TrainConfig, **sizes: Any) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from mapo.evaluate.empa import (
     per_scenario,
     transcript_record,
 )
+from mapo.provenance import provenance
 from mapo.rollout import RolloutSpec
 
 
@@ -159,7 +160,7 @@ def run_eval(policy: Any, spec: EvalSpec, out_dir: str | Path, policy_label: str
     out.mkdir(parents=True, exist_ok=True)
     config = {"policy": policy_label, **asdict(spec), "env_options": env_options,
               "engine_used": engine_used, "seconds": seconds}
-    result = {"config": config, "summary": summary, "scenarios": per_scenario(dialogues)}
+    result = {"config": config, "summary": summary, "scenarios": per_scenario(dialogues), "provenance": provenance()}
     eval_path = out / "eval.json"
     eval_path.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     write_jsonl(out / "transcripts.jsonl", transcripts)

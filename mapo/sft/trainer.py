@@ -207,6 +207,7 @@ class SftTrainer:
     def train(self, run: RunFolder, show_progress: bool = True) -> Path:
         """Train from `self.step` to the last step; write `final/` and the report; return the run folder."""
         (run.path / SFT_MARKER).write_text(json.dumps(self.summary, indent=2) + "\n", encoding="utf-8")
+        run.log_provenance(self.step)
         tracking = Tracking(self.config.report_to, run.path, config_dict(self.config))
         bar = progress_bar(
             self.total_steps, "sft", completed=self.step, status=PROGRESS_STATUS, show=show_progress, loss="-", held="-"

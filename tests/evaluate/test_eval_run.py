@@ -33,6 +33,7 @@ def test_tiny_model_on_two_empathy_scenarios(tmp_path):
     assert [s["scenario_id"] for s in data["scenarios"]] == expected_ids
     summary = data["summary"]
     assert summary["dialogues"] == 4 and summary["scenarios"] == 2
+    assert data["provenance"]["software"]["transformers"] and data["provenance"]["machine"]["cores"] >= 1
     assert sum(summary["outcomes"].values()) == 4 and 0 <= summary["pass_rate"] <= 1
     assert set(summary["epmq"]) == set(EPMQ_KEYS)
     assert set(summary["alignment"]["target_by_axis"]) == {"C", "A", "P"}
