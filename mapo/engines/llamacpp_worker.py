@@ -39,6 +39,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from mapo.engines.amx import use_extra_buffers
 from mapo.engines.sampling import draw
 from mapo.engines.wire import StaleVersion, WorkerError, read_frame, write_frame
 from mapo.text import count_sentences
@@ -84,6 +85,7 @@ class Decoder:
             self.model = None
         params = lib.llama_model_default_params()
         params.n_gpu_layers = 0
+        params.use_extra_bufts = params.use_extra_bufts and use_extra_buffers()  # mapo.engines.amx
         model = lib.llama_model_load_from_file(path.encode(), params)
         if not model:
             raise WorkerError(f"llama.cpp could not load the model {path}")

@@ -69,7 +69,7 @@ class LlamaServer:
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self.log_file = Path(log_file) if log_file else Path(tempfile.mkdtemp(prefix="llama-server-")) / "server.log"
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
+        cmd = [sys.executable, "-m", "mapo.testing.llama_server_main", "--model", str(model), "--host", "127.0.0.1",
                "--port", str(self.port), "--n_ctx", str(n_ctx), "--model_alias", alias, "--cache", "True",
                "--n_threads", str(threads), "--n_threads_batch", str(threads), *extra_args]
         with open(self.log_file, "wb") as log_out:
