@@ -124,4 +124,6 @@ def test_a_shipped_generation_config_does_not_change_rollout_sampling(folders, t
         targets = torch.zeros_like(ids, dtype=torch.bool)
         targets[0, len(context):] = True
         logp, _ = policy.token_logprobs(ids, torch.ones_like(ids), targets)
-        assert logp[0].tolist() == pytest.approx(sample.logprobs, abs=1e-4)
+        # cached generation against one full forward: float32 order differs by CPU (1.6e-4 on a Xeon
+        # with AMX); applied, the processors above (half the vocabulary suppressed) move them by far more
+        assert logp[0].tolist() == pytest.approx(sample.logprobs, abs=5e-4)
