@@ -4,10 +4,11 @@ and the way to put together the shares of one study run in several folders or on
 reads it like the original, so the tables, intervals and curves can be rebuilt by anyone after the
 checkpoints are gone.
 
-Kept: plan.json, each finished run's config.yaml, metrics.jsonl, training transcripts and provenance, each
-evaluation folder (the held-out evaluation with its transcripts, the curve's checks, benchmarks).
-Left out: checkpoints, final weights, logs. A run's final/ holds only `WEIGHTS_LEFT_OUT`, so the
-report counts the run as finished; training refuses an export (there is nothing to resume from).
+Kept: plan.json, each finished run's config.yaml, metrics.jsonl, training transcripts and
+provenance, each evaluation folder (the held-out evaluation with its transcripts, the curve's
+checks, benchmarks). Left out: checkpoints, final weights, logs, the transcripts' HTML viewers.
+A run's final/ holds only `WEIGHTS_LEFT_OUT`, so the report counts the run as finished; training
+refuses an export (there is nothing to resume from).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from mapo.ablate.state import eval_dir, read_eval, read_plan, run_dir, training_
 EXPORT_MARK = "exported.json"  # at the export's root: where each share came from
 WEIGHTS_LEFT_OUT = "WEIGHTS_LEFT_OUT"
 RUN_FILES = ("config.yaml", "metrics.jsonl", "transcripts.jsonl", "provenance.jsonl", "sft.json")
+EVAL_VIEWS = ("transcripts.html",)  # a viewer of transcripts.jsonl, which is kept
 SHARED = ("variants", "seeds")  # what the shares of one study may differ in
 
 
@@ -83,4 +85,4 @@ def export_ablation(source: Path, target: Path) -> tuple[AblationPlan, list[str]
 def _copy_eval(source: Path, target: Path, name: str) -> None:
     dest = eval_dir(target, name)
     shutil.rmtree(dest, ignore_errors=True)
-    shutil.copytree(eval_dir(source, name), dest)
+    shutil.copytree(eval_dir(source, name), dest, ignore=shutil.ignore_patterns(*EVAL_VIEWS))

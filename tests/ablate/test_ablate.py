@@ -471,11 +471,12 @@ def test_shares_of_a_study_export_without_weights_into_one_folder_that_reports_l
         check_plan(share, dataclasses.replace(plan, seeds=[seed]))
         (share / "runs" / f"mapo-idr-s{seed}" / "checkpoints").mkdir()
         (share / "runs" / f"mapo-idr-s{seed}" / "checkpoints" / "weights.bin").write_bytes(b"0" * 1000)
+        (share / "evals" / f"mapo-idr-s{seed}" / "transcripts.html").write_text("<html></html>")
         result = CliRunner().invoke(app, ["ablate", "--resume", str(share), "--export", str(tmp_path / "export")])
         assert result.exit_code == 0 and "Exported 2 runs" in result.output, result.output
     export = tmp_path / "export"
     assert json.loads((export / "plan.json").read_text())["seeds"] == [0, 1]
-    assert not list(export.rglob("checkpoints")) and (export / "runs" / "mapo-idr-s1" / "final" / "WEIGHTS_LEFT_OUT").is_file()
+    assert not list(export.rglob("checkpoints")) and not list(export.rglob("transcripts.html")) and (export / "runs" / "mapo-idr-s1" / "final" / "WEIGHTS_LEFT_OUT").is_file()
     assert [s["units"] for s in json.loads((export / "exported.json").read_text())["shares"]] == [
         ["mapo-idr-s0", "grpo-idr-s0"], ["mapo-idr-s1", "grpo-idr-s1"]]
     tables = lambda folder: {k: v for k, v in json.loads((folder / "ablation.json").read_text())["tables"].items()}  # noqa: E731
