@@ -17,7 +17,7 @@ def test_the_versions_are_the_installed_ones_and_a_missing_package_is_none(monke
     monkeypatch.setattr("mapo.provenance.PACKAGES", ("torch", "surely-not-installed-package"))
     assert software_versions()["surely-not-installed-package"] is None
     record = provenance()
-    assert set(record) == {"time", "software", "machine"} and record["machine"]["cores"] >= 1
+    assert set(record) == {"time", "software", "machine"} and record["machine"]["cores"] >= 1 and isinstance(record["machine"]["amx"], bool)
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
