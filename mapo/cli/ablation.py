@@ -39,7 +39,7 @@ def ablate(
     seeds: Annotated[Optional[int], typer.Option(help="Seeds per variant (0..N-1); more into an existing --output grow it.")] = None,
     seed: Annotated[
         Optional[list[int]], typer.Option("--seed", help="Only these seeds (repeatable; instead of --seeds): a seed to redo, "
-                                          "or the share of a study another machine runs, merged later with --report.")
+                                          "or the share of a study another machine runs, merged later with --export.")
     ] = None,
     steps: Annotated[Optional[int], typer.Option(help="Training steps per run (same rollout budget for all); more into an "
                                                  "existing --output train its finished runs on from their last checkpoint.")] = None,
