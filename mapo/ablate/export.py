@@ -52,14 +52,14 @@ def export_ablation(source: Path, target: Path) -> tuple[AblationPlan, list[str]
     (not finished: still training or not evaluated)."""
     if source.resolve() == target.resolve():
         raise ValueError(f"--export {target}: give a folder other than the ablation itself")
-    plan = read_plan(source)
+    share = plan = read_plan(source)
     if (target / "plan.json").is_file():
         if not is_export(target):
             raise ValueError(f"{target} is an ablation, not an export: choose a new or an exported folder")
         plan = merged_plan(read_plan(target), plan)
     copied, left = [], []
     target.mkdir(parents=True, exist_ok=True)
-    for unit in read_plan(source).units():
+    for unit in share.units():
         run = run_dir(source, unit)
         if training_state(run, plan.steps) != "done" or read_eval(eval_dir(source, unit.name)) is None:
             left.append(unit.name)
