@@ -184,6 +184,7 @@ class Trainer:
             seed=step_seed(cfg.seed, step, stream=2) % 2**31,
             pool=pool,
             timings=timings,
+            on_turn=self._stop_between_turns,
             **({"engine": self.engine} if self.rollout is rollout else {}),
         )
         rolled = time.perf_counter()
@@ -264,13 +265,16 @@ class Trainer:
 
     @contextlib.contextmanager
     def _sigint_handler(self) -> Iterator[None]:
-        """While training: Ctrl-C aborts a step still rolling out, or lets a step that is updating finish."""
+        """While training: Ctrl-C ends a step still rolling out at its current turn's end, or lets a step
+        that is updating finish. The handler only sets a flag: an exception raised from it lands wherever
+        the main thread is, and inside a thread pool's wait that breaks the pool's lock instead of stopping."""
 
         def on_sigint(signum: int, frame: Any) -> None:
-            if self._interruptible:
-                raise KeyboardInterrupt
             self._stop_requested = True
-            log.warning("Ctrl-C: finishing step %d, then saving a checkpoint and stopping", self.step + 1)
+            if self._interruptible:
+                log.warning("Ctrl-C: ending step %d's rollout after this turn, then stopping", self.step + 1)
+            else:
+                log.warning("Ctrl-C: finishing step %d, then saving a checkpoint and stopping", self.step + 1)
 
         if threading.current_thread() is not threading.main_thread():
             yield  # signals reach the main thread only
@@ -280,6 +284,11 @@ class Trainer:
             yield
         finally:
             signal.signal(signal.SIGINT, previous)
+
+    def _stop_between_turns(self, *_: int) -> None:
+        """The rollout's `on_turn`: after Ctrl-C, abandon the step's rollout here, where no lock is held."""
+        if self._stop_requested and self._interruptible:
+            raise KeyboardInterrupt
 
     def _interrupted(self, run: RunFolder) -> None:
         """Save a checkpoint of the last finished step (unless there is one) and raise TrainingInterrupted."""

@@ -290,6 +290,44 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_cleanly(tmp_path, uninterrupted):
     _assert_same_run(RunFolder(resumed).read_metrics(), uninterrupted)
 
 
+class _CtrlCInTurn(ToyEnvironment):
+    """Sends SIGINT to this process from inside an environment step (a worker thread), at the given call."""
+
+    calls = 0
+    at_call = 0
+
+    def step(self, response: str):
+        with ToyEnvironment.lock:
+            _CtrlCInTurn.calls += 1
+            now = _CtrlCInTurn.calls
+        if now == _CtrlCInTurn.at_call:
+            signal.raise_signal(signal.SIGINT)
+            time.sleep(0.2)  # the main thread, waiting on the pool, takes the signal meanwhile
+        return super().step(response)
+
+
+def test_ctrl_c_during_a_rollout_ends_it_at_the_turn_and_saves_the_last_step(tmp_path):
+    """Ctrl-C arriving while the main thread waits on the environment pool: the turn's judgements
+    all finish, the rollout stops there (no next turn), and the run stops at step 1's checkpoint.
+    An exception raised by the signal handler would instead land inside the pool's wait."""
+    from mapo.envs.base import ENVIRONMENTS, register_environment
+    from mapo.reliability import TrainingInterrupted
+
+    if "ctrl-c-test" not in ENVIRONMENTS:
+        register_environment("ctrl-c-test")(_CtrlCInTurn)
+    dialogues, turns = 4, 2  # TINY: 2 scenarios x 2 samples, 2 turns each
+    _CtrlCInTurn.calls, _CtrlCInTurn.at_call = 0, dialogues * turns + 2  # step 2, turn 1, second dialogue
+    config = load_config(None, [*CRASH, "env.name=ctrl-c-test", "rollout.env_workers=1", "checkpoint_every=1"])
+    with pytest.raises(TrainingInterrupted) as stopped:
+        train(config, output=tmp_path / "run", show_progress=False)
+    assert stopped.value.step == 1
+    assert _CtrlCInTurn.calls == dialogues * turns + dialogues  # step 2's first turn complete, nothing after it
+    run = RunFolder(tmp_path / "run")
+    assert [m["step"] for m in run.read_metrics()] == [1]
+    assert run.latest_checkpoint().name == "step-000001"
+    _assert_folder_sound(tmp_path / "run")
+
+
 @pytest.mark.slow  # 20 s: a real terminal and engine worker (CI runs the slow tests)
 def test_ctrl_c_at_the_terminal_stops_the_trainer_not_the_engine_worker(tmp_path):
     """A terminal's Ctrl-C signals the whole foreground process group. The llama.cpp worker has a

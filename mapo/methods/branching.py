@@ -94,11 +94,13 @@ def branching_rollout(
     seed: int = 0,
     pool: ThreadPoolExecutor | None = None,
     timings: dict[str, float] | None = None,
+    on_turn: Callable[[int, int, int], None] | None = None,
     turn: int | None = None,
 ) -> tuple[list[Group], dict[str, float]]:
     """One group of G = spec.samples_per_scenario candidates per scenario that reached the drawn turn.
 
     `turn` fixes t instead of drawing it; when no dialogue reaches t the step branches at turn 1.
+    `on_turn` is called after every turn of the prefixes, as in `mapo.rollout.rollout`.
     """
     g = spec.samples_per_scenario
     t = turn if turn is not None else int(np.random.default_rng(seed).integers(1, spec.max_turns + 1))
@@ -117,6 +119,7 @@ def branching_rollout(
         seed=seed,
         pool=pool,
         timings=timings,
+        on_turn=on_turn,
     )
     reached = [(grp.trajectories[0], env) for grp, env in zip(prefixes, envs) if len(grp.trajectories[0]) == t]
     metrics: dict[str, float] = {
@@ -127,7 +130,7 @@ def branching_rollout(
     if not reached:
         if t == 1:
             raise ValueError("branching: no dialogue reached its first reply (context limit?)")
-        return branching_rollout(policy, scenarios, make_env, spec, ranker, seed, pool, timings, turn=1)
+        return branching_rollout(policy, scenarios, make_env, spec, ranker, seed, pool, timings, on_turn, turn=1)
 
     contexts = [traj.token_ids[: traj.turns[-1].prompt_length] for traj, _ in reached for _ in range(g - 1)]
     timings = {} if timings is None else timings
