@@ -54,6 +54,10 @@ _estimator_variant("mapo", "outcome", "MAPO on the outcome-only reward (D_0 - D_
 for _alpha in ("0.25", "0.75"):  # the alpha sweep's inner points (0 is batch-idr, 1 is turn-idr, 0.5 mapo-idr)
     register_variant(f"mapo-a{_alpha}-idr", "advantage.estimator=mapo", f"advantage.alpha={_alpha}", "reward.kind=idr",
                      description=f"MAPO with alpha = {_alpha} (turn-level share of the mix)")
+# the same estimators at a lower learning rate than the trainer's 5e-4 (the game-lr plan)
+for _estimator in ("mapo", "grpo"):
+    register_variant(f"{_estimator}-idr-lr2e-4", f"advantage.estimator={_estimator}", "reward.kind=idr", "optim.lr=2e-4",
+                     description=f"{_estimator}-idr at learning rate 2e-4")
 
 # COMPEER and RAPO options on top of mapo-idr (docs/methods.md)
 register_variant("mapo-idr-redundancy", "reward.redundancy=true", description="+ COMPEER redundancy reweighting")
@@ -386,6 +390,17 @@ def game_alpha_plan() -> AblationPlan:
     return plan
 
 
+def game_lr_plan() -> AblationPlan:
+    """MAPO and GRPO each at learning rates 5e-4 and 2e-4 on the game-forfeit settings, seeds 3-7:
+    at one rate MAPO's update is larger than GRPO's, so a comparison of estimators needs each at
+    its own best rate (docs/results.md, 2026-11-27)."""
+    plan = game_forfeit_plan()
+    plan.variants = ["mapo-idr", "grpo-idr", "mapo-idr-lr2e-4", "grpo-idr-lr2e-4"]
+    plan.seeds = [3, 4, 5, 6, 7]  # those of the first lr 2e-4 runs, copied in (docs/study/game-lr)
+    plan.name = "game-lr"
+    return plan
+
+
 # Empathy from the warm start (issue #28, part 2): MAPO against GRPO from a `mapo sft` checkpoint
 # given on the command line (`--set policy.model=<sft output>/final`), 5 seeds, one scenario x 8
 # dialogues x 8 turns a step, the default run's whole replies, 30 steps; held-out as the study's
@@ -426,6 +441,7 @@ PLANS.add("game", game_plan)
 PLANS.add("game-forfeit", game_forfeit_plan)
 PLANS.add("game-timeout", game_timeout_plan)
 PLANS.add("game-alpha", game_alpha_plan)
+PLANS.add("game-lr", game_lr_plan)
 PLANS.add("empathy-warm", empathy_warm_plan)
 
 
