@@ -392,8 +392,8 @@ def game_alpha_plan() -> AblationPlan:
 
 def game_lr_plan() -> AblationPlan:
     """MAPO and GRPO each at learning rates 5e-4 and 2e-4 on the game-forfeit settings, seeds 3-7:
-    at one rate MAPO's update is larger than GRPO's, so a comparison of estimators needs each at
-    its own best rate (docs/results.md, 2026-11-27)."""
+    the rate that suits one estimator's gradients need not suit the other's, so a comparison of
+    estimators needs each at more than one (docs/results.md, 2026-11-27)."""
     plan = game_forfeit_plan()
     plan.variants = ["mapo-idr", "grpo-idr", "mapo-idr-lr2e-4", "grpo-idr-lr2e-4"]
     plan.seeds = [3, 4, 5, 6, 7]  # those of the first lr 2e-4 runs, copied in (docs/study/game-lr)
