@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -490,3 +491,67 @@ def test_shares_of_a_study_export_without_weights_into_one_folder_that_reports_l
     assert result.exit_code == 2 and "steps differ" in result.output
     result = CliRunner().invoke(app, ["ablate", "--export", str(export)])
     assert result.exit_code == 2 and "--resume" in result.output
+
+
+def _children(pid: int) -> list[int]:
+    """Live processes whose parent is `pid` (Linux /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1] == str(pid) and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow  # about a minute: a real `mapo ablate --jobs 2` killed (CI runs the slow tests)
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
+def test_a_killed_ablation_stops_its_worker_processes_at_a_checkpoint(tmp_path):
+    """SIGKILL to `mapo ablate --jobs 2` (a kill, not a terminal's Ctrl-C, reaches only it): its workers
+    notice, stop their runs as a Ctrl-C would (checkpoint of the last finished step) and exit, rather
+    than training on unseen and meeting a second writer when the ablation is rerun."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from mapo.run_folder import RunFolder
+
+    out = tmp_path / "ablation"
+    sets = [*TINY, "rollout.scenarios_per_step=1", "rollout.samples_per_scenario=2", "rollout.max_turns=2",
+            "rollout.max_new_tokens=4", "checkpoint_every=1000", "transcripts_every=0"]
+    boot = "import sys; from mapo.cli import main; sys.argv = ['mapo', *sys.argv[1:]]; main()"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", boot, "ablate", "--variant", "mapo-idr", "--seeds", "2", "--steps", "1000",
+         "--jobs", "2", "--output", str(out), *sum((["--set", s] for s in sets), [])],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    metrics = run_dir(out, Unit("mapo-idr", 0)) / "metrics.jsonl"
+    deadline = time.monotonic() + 240
+    try:
+        while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+            assert proc.poll() is None and time.monotonic() < deadline, "the ablation ended or never trained"
+            time.sleep(0.2)
+        workers = _children(proc.pid)
+        assert len(workers) >= 2
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 120
+        while any(_alive(w) for w in workers):
+            assert time.monotonic() < deadline, "the workers outlived their ablation"
+            time.sleep(0.5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines() if line.strip()]
+    latest = RunFolder(metrics.parent).latest_checkpoint()
+    assert steps and latest is not None and latest.name == f"step-{steps[-1]:06d}" and steps[-1] < 1000
