@@ -136,17 +136,21 @@ def _policy_to_test(out: Path, plan: AblationPlan, unit: Unit | None, extra: Seq
     return policy, config.rollout.system_prompt
 
 
-def _stop_when_orphaned(parent: int, every_s: float = 2.0, grace_s: float = 300.0) -> None:
+def _stop_when_orphaned(grace_s: float = 300.0) -> None:
     """Stop this worker as a Ctrl-C would once its `mapo ablate` is gone (killed, not Ctrl-C'd, which
     reaches the whole process group): the run checkpoints at the end of its turn and exits, instead
     of training on unseen and meeting a second writer in its folder when the ablation is rerun."""
+    import multiprocessing
     import signal
     import threading
     import time
 
+    parent = multiprocessing.parent_process()  # its sentinel closes when the parent dies
+    if parent is None:
+        return
+
     def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(every_s)
+        parent.join()
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(grace_s)  # a result nobody reads must not keep the process alive
         os._exit(130)
@@ -155,12 +159,12 @@ def _stop_when_orphaned(parent: int, every_s: float = 2.0, grace_s: float = 300.
 
 
 def _unit_job(out: str, plan: dict[str, Any], unit: tuple[str, int] | None, threads: int,
-              extra: list[str], parent: int) -> tuple[str, str]:
+              extra: list[str]) -> tuple[str, str]:
     """Process-pool entry point (picklable arguments only); output goes to the unit's log file."""
     import contextlib
     import logging
 
-    _stop_when_orphaned(parent)
+    _stop_when_orphaned()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     chosen = Unit(*unit) if unit is not None else None
     name = chosen.name if chosen else "base"
@@ -216,8 +220,7 @@ def run_ablation(
         context = multiprocessing.get_context("spawn")  # fresh interpreters: no forked torch thread pools
         with ProcessPoolExecutor(max_workers=jobs, mp_context=context, max_tasks_per_child=1) as pool:
             futures = [
-                pool.submit(_unit_job, str(out), plan.to_dict(), (u.variant, u.seed) if u else None, threads, list(extra),
-                            os.getpid())
+                pool.submit(_unit_job, str(out), plan.to_dict(), (u.variant, u.seed) if u else None, threads, list(extra))
                 for u in todo
             ]
             for future in as_completed(futures):
