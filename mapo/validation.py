@@ -4,6 +4,7 @@ files, configs, benchmark data and LLM JSON replies."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,10 +28,27 @@ def describe_validation_error(error: ValidationError) -> str:
     return "; ".join(parts)
 
 
+def text_of(path: Path) -> str:
+    """A UTF-8 text file, decompressed when its name ends in .gz (exports keep transcripts so)."""
+    if path.suffix == ".gz":
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            return handle.read()
+    return path.read_text(encoding="utf-8")
+
+
+def compressed_or_plain(folder: Path, name: str) -> Path:
+    """`folder/name`, or `folder/name.gz` when only that is there (an export compresses transcripts)."""
+    plain = folder / name
+    packed = folder / f"{name}.gz"
+    return packed if not plain.exists() and packed.exists() else plain
+
+
 def read_text(path: Path, what: str, error: type[Exception]) -> str:
-    """A UTF-8 text file; an unreadable file or another encoding becomes `error` naming the file."""
+    """A UTF-8 text file (or its .gz); an unreadable file or another encoding becomes `error` naming the file."""
     try:
-        return path.read_text(encoding="utf-8")
+        return text_of(path)
+    except EOFError:
+        raise error(f"{path}: cannot read {what}: the compressed file is cut short") from None
     except OSError as exc:
         raise error(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:

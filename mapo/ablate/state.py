@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mapo.ablate.plan import AblationPlan, Unit
+from mapo.validation import compressed_or_plain, text_of
 
 
 def run_dir(out: Path, unit: Unit) -> Path:
@@ -60,10 +61,11 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def _json_lines(path: Path) -> list[dict[str, Any]] | None:
-    """The records of a .jsonl file we wrote (None when missing); a line cut short is left out."""
+    """The records of a .jsonl (or .jsonl.gz) file we wrote (None when missing or unreadable); a
+    line cut short is left out."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError:
+        text = text_of(path)
+    except (OSError, EOFError, UnicodeDecodeError):
         return None
     records = []
     for line in text.splitlines():
@@ -89,12 +91,12 @@ def _complete(summary_file: Path, lines_file: Path, expected: Callable[[dict[str
 def read_eval(folder: Path) -> dict[str, Any] | None:
     """The eval.json in `folder`, or None: missing, cut short, or its transcripts.jsonl (written
     after it) does not hold every dialogue."""
-    return _complete(folder / "eval.json", folder / "transcripts.jsonl", lambda d: d["summary"]["dialogues"])
+    return _complete(folder / "eval.json", compressed_or_plain(folder, "transcripts.jsonl"), lambda d: d["summary"]["dialogues"])
 
 
 def read_transcripts(folder: Path) -> list[dict[str, Any]]:
     """An eval's dialogues (transcripts.jsonl), [] when it has none."""
-    return _json_lines(folder / "transcripts.jsonl") or []
+    return _json_lines(compressed_or_plain(folder, "transcripts.jsonl")) or []
 
 
 def read_bench(folder: Path) -> dict[str, Any] | None:

@@ -28,7 +28,7 @@ from typing import Any
 from mapo.evaluate.bench import write_jsonl
 from mapo.evaluate.compare import read_result
 from mapo.evaluate.validity import verdict_of
-from mapo.validation import read_records
+from mapo.validation import compressed_or_plain, read_records
 
 PAIRS_FORMAT = "mapo-blind-pairs/1"
 KEY_FORMAT = "mapo-blind-key/1"
@@ -54,7 +54,7 @@ def load_eval_run(folder: str | Path, label: str | None = None) -> EvalRun:
     file, data = read_result(folder)
     if not isinstance(data, dict) or data.get("benchmark", "eval") != "eval" or "summary" not in data:
         raise ValueError(f"{file}: not a mapo eval result (a blind comparison needs `mapo eval` folders)")
-    transcripts_path = file.parent / "transcripts.jsonl"
+    transcripts_path = compressed_or_plain(file.parent, "transcripts.jsonl")
     if not transcripts_path.is_file():
         raise FileNotFoundError(f"{transcripts_path}: no transcripts beside {file.name}; a blind comparison reads them")
     transcripts = {}

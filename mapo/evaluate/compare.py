@@ -23,7 +23,7 @@ from typing import Any
 from mapo.evaluate.empa import EPMQ_KEYS, HACKING_HIGHER_IS_BETTER, HACKING_LABELS, monitor_figures
 from mapo.evaluate.html import esc, page
 from mapo.evaluate.validity import verdict_of
-from mapo.validation import read_records
+from mapo.validation import compressed_or_plain, read_records
 
 
 @dataclass
@@ -138,7 +138,7 @@ def load_result(path: str | Path, label: str | None = None) -> Result:
     readers = {"eval": _eval_metrics, "emobench": _emobench_metrics, "eqbench": _eqbench_metrics}
     if kind not in readers or "summary" not in data:
         raise ValueError(f"{file}: not a mapo eval or benchmark result (no summary / unknown benchmark)")
-    transcripts = file.parent / "transcripts.jsonl"
+    transcripts = compressed_or_plain(file.parent, "transcripts.jsonl")
     try:
         hacking = data["summary"].get("hacking") or {}
         if kind == "eval" and transcripts.is_file() and any(key not in hacking for key in HACKING_LABELS):

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mapo.evaluate.html import esc, page, render_transcripts
+from mapo.validation import compressed_or_plain, text_of
 
 REPORT_FILE = "report.html"
 TRANSCRIPT_VIEW_FILE = "transcripts.html"
@@ -78,7 +79,7 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no metrics.jsonl here; is {path.parent} a training run folder?")
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in text_of(path).splitlines():
         if not line.strip():
             continue
         try:
@@ -208,7 +209,7 @@ def _stats_table(series: dict[str, list[float]]) -> str:
 
 def _transcript_view(run_dir: Path) -> Path | None:
     """An HTML viewer of the first and last logged steps' transcripts (None without transcripts)."""
-    path = run_dir / "transcripts.jsonl"
+    path = compressed_or_plain(run_dir, "transcripts.jsonl")
     if not path.is_file():
         return None
     records = read_metrics(path)  # same tolerant JSONL reading
@@ -228,6 +229,7 @@ def _links(run_dir: Path, transcript_view: Path | None) -> str:
         links.append((transcript_view.name, "transcripts viewer (first and last logged step)"))
     for name, what in (
         ("transcripts.jsonl", "all transcripts (JSONL)"),
+        ("transcripts.jsonl.gz", "all transcripts (JSONL, compressed)"),
         ("metrics.jsonl", "metrics (JSONL)"),
         ("config.yaml", "resolved config"),
         ("final", "trained policy"),

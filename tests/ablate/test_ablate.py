@@ -483,6 +483,16 @@ def test_shares_of_a_study_export_without_weights_into_one_folder_that_reports_l
     tables = lambda folder: {k: v for k, v in json.loads((folder / "ablation.json").read_text())["tables"].items()}  # noqa: E731
     write_outputs(tmp_path / "whole", whole)
     assert tables(export) == tables(tmp_path / "whole")
+    # transcripts travel gzip-compressed, byte-stable, and the report reads them (the by-dialogue pairing)
+    packed = sorted(export.rglob("transcripts.jsonl.gz"))
+    assert packed and not list(export.rglob("transcripts.jsonl"))
+    assert "Paired by held-out dialogue with mapo-idr: held-out evaluation" in tables(export)
+    again = tmp_path / "again"  # an export exports again, unchanged
+    result = CliRunner().invoke(app, ["ablate", "--resume", str(export), "--export", str(again)])
+    assert result.exit_code == 0 and "Exported 4 runs" in result.output, result.output
+    assert [p.read_bytes() for p in sorted(again.rglob("transcripts.jsonl.gz"))] == [p.read_bytes() for p in packed]
+    write_outputs(again, whole)
+    assert tables(again) == tables(export)
     with pytest.raises(ValueError, match="is an export"):
         run_ablation(whole, export)
     longer = tmp_path / "longer"  # a share of another length is another study

@@ -6,6 +6,7 @@ samples with EPM-Q, transcripts.jsonl); no model is needed to pair and score the
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 
@@ -101,6 +102,18 @@ def test_pairs_are_blind_complete_and_unblind_correctly(tmp_path):
     # the same seed gives the same files; a fresh seed is drawn and kept when none is given
     again, again_key, _ = write_blind((base, trained), tmp_path / "again", turns=2, seed=7)
     assert (again / "pairs.jsonl").read_bytes() == (rater / "pairs.jsonl").read_bytes()
+    # an exported eval keeps its transcripts gzip-compressed: read the same
+    plain = trained / "transcripts.jsonl"
+    text = plain.read_bytes()
+    (trained / "transcripts.jsonl.gz").write_bytes(gzip.compress(text))
+    plain.unlink()
+    packed, _, _ = write_blind((base, trained), tmp_path / "packed", turns=2, seed=7)
+    assert (packed / "pairs.jsonl").read_bytes() == (rater / "pairs.jsonl").read_bytes()
+    (trained / "transcripts.jsonl.gz").write_bytes((trained / "transcripts.jsonl.gz").read_bytes()[:40])
+    with pytest.raises(ValueError, match=r"transcripts.jsonl.gz: cannot read transcripts: .*cut short"):
+        write_blind((base, trained), tmp_path / "cut", turns=2, seed=7)
+    (trained / "transcripts.jsonl.gz").unlink()
+    plain.write_bytes(text)
     _, fresh_key, _ = write_blind((base, trained), tmp_path / "fresh", turns=2)
     assert isinstance(json.loads(fresh_key.read_text())["seed"], int)
     md = (rater / "pairs.md").read_text()
