@@ -54,8 +54,9 @@ _estimator_variant("mapo", "outcome", "MAPO on the outcome-only reward (D_0 - D_
 for _alpha in ("0.25", "0.75"):  # the alpha sweep's inner points (0 is batch-idr, 1 is turn-idr, 0.5 mapo-idr)
     register_variant(f"mapo-a{_alpha}-idr", "advantage.estimator=mapo", f"advantage.alpha={_alpha}", "reward.kind=idr",
                      description=f"MAPO with alpha = {_alpha} (turn-level share of the mix)")
-# the same estimators at a lower learning rate than the trainer's 5e-4 (the game-lr plan)
-for _estimator in ("mapo", "grpo"):
+# the same estimators at a lower learning rate than the trainer's 5e-4 (the game-lr plan; mapo_ragged
+# beside them on the game-timeout settings, where MAPO's T_min cut leaves most final turns untrained)
+for _estimator in ("mapo", "mapo_ragged", "grpo"):
     register_variant(f"{_estimator}-idr-lr2e-4", f"advantage.estimator={_estimator}", "reward.kind=idr", "optim.lr=2e-4",
                      description=f"{_estimator}-idr at learning rate 2e-4")
 

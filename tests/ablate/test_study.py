@@ -85,6 +85,8 @@ def test_plans_are_named_in_a_registry_a_user_can_extend():
     rates = {v: load_config(None, unit_overrides(lr, Unit(v, 3), None)) for v in lr.variants}
     assert {v: (c.advantage.estimator, c.optim.lr) for v, c in rates.items()} == {
         "mapo-idr": ("mapo", 5e-4), "grpo-idr": ("grpo", 5e-4), "mapo-idr-lr2e-4": ("mapo", 2e-4), "grpo-idr-lr2e-4": ("grpo", 2e-4)}
+    ragged = load_config(None, unit_overrides(lr, Unit("mapo_ragged-idr-lr2e-4", 3), None))
+    assert (ragged.advantage.estimator, ragged.optim.lr) == ("mapo_ragged", 2e-4)
     assert "rollout.samples_per_scenario=8" in warm.train and "rollout.max_turns=8" in warm.train
     assert plan_for("default") == AblationPlan() and not plan_for("default").benchmarks.targets
     assert plan_for("quick").steps == 2 and not plan_for("quick").benchmarks.targets
