@@ -19,7 +19,7 @@ import statistics
 from pathlib import Path
 
 from mapo.degeneracy import distinct_n, reasked_question
-from mapo.validation import read_records
+from mapo.validation import compressed_or_plain, read_records
 
 OPENER = re.compile(r"^(That|It|So it) sounds like", re.IGNORECASE)
 
@@ -52,8 +52,8 @@ def reader_agreement(blind_sets: list[Path]) -> None:
 
 def openers(runs: Path) -> None:
     rewards: dict[bool, list[float]] = {True: [], False: []}
-    for run in sorted(p for p in runs.iterdir() if (p / "transcripts.jsonl").is_file()):
-        records = read_records(run / "transcripts.jsonl", "transcripts")
+    for run in sorted(p for p in runs.iterdir() if compressed_or_plain(p, "transcripts.jsonl").is_file()):
+        records = read_records(compressed_or_plain(run, "transcripts.jsonl"), "transcripts")
         steps = sorted({r["step"] for r in records})
         shares = []
         for step in (steps[0], steps[-1]):

@@ -1,12 +1,13 @@
-"""Per-evaluation game figures recomputed from transcripts.jsonl with this checkout's game_summary."""
-import json, sys
+"""Per-evaluation game figures recomputed from transcripts.jsonl (or an export's .jsonl.gz) with this checkout's game_summary."""
+import sys
 from pathlib import Path
 from mapo.envs.questioning.metrics import game_summary
+from mapo.validation import compressed_or_plain, read_records
 out = Path(sys.argv[1])  # an ablation folder (mapo ablate --output)
 print("| policy | success | bits per question | wrong guesses per game | guesses with 2+ left per game | turns stalled with 1 left per game | guessed when 1 left | timeouts |")
 print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for ev in sorted((out / "evals").iterdir()):
-    rows = [json.loads(l) for l in open(ev / "transcripts.jsonl")]
+    rows = read_records(compressed_or_plain(ev, "transcripts.jsonl"), "transcripts")
     g = game_summary(rows)
     at1 = guessed1 = 0
     for r in rows:
