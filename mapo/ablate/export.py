@@ -6,7 +6,7 @@ checkpoints are gone.
 
 Kept: plan.json, each finished run's config.yaml, metrics.jsonl, training transcripts and
 provenance, each evaluation folder (the held-out evaluation with its transcripts, the curve's
-checks, benchmarks), with every transcripts.jsonl gzip-compressed (a tenth of the size; the
+checks, benchmarks), with every transcripts.jsonl gzip-compressed (under a tenth of the size; the
 report and `mapo compare` read either). Left out: checkpoints, final weights, logs, the
 transcripts' HTML viewers.
 A run's final/ holds only `WEIGHTS_LEFT_OUT`, so the report counts the run as finished; training
