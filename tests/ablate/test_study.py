@@ -75,6 +75,10 @@ def test_plans_are_named_in_a_registry_a_user_can_extend():
     # the held-out curve: where success levels off (issue #28); its checkpoints are kept for it
     assert game.curve.steps(game.steps) == [5, 10, 15, 20, 25] and warm.curve.steps(warm.steps) == [10, 20]
     assert "keep_every=5" in unit_overrides(forfeit, Unit("turn-idr", 0), None)
+    turns = plan_for("game-turns")  # the timeout settings with the budget shown, lr 2e-4
+    assert turns.eval.env_options == {**timeout.eval.env_options, "show_turns_left": True} and len(turns.seeds) == 5
+    assert load_config(None, turns.train).env.options["show_turns_left"] is True
+    assert {load_config(None, unit_overrides(turns, Unit(v, 0), None)).optim.lr for v in turns.variants} == {2e-4}
     alpha = plan_for("game-alpha")  # the sweep: the forfeit settings, alpha 0 .. 1 in MAPO's mix
     assert {**alpha.to_dict(), "variants": None, "seeds": None, "name": None} == {**forfeit.to_dict(), "variants": None, "seeds": None, "name": None}
     assert alpha.seeds == [0, 1, 2]

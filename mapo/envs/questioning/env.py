@@ -34,9 +34,16 @@ at n <= 4: a reward read turn by turn then pays guessing early (docs/games.md).
 `forfeit_on_timeout` (default off) does the same for a game that runs out of turns unsolved:
 with lost games forfeited and timeouts not, a policy that never guesses keeps its bits and
 one that guesses risks them, and RL from the warm start learned to stop guessing (docs/games.md).
+`show_turns_left` (default off) ends the opening and each reply of a game still going with the
+replies left ("3 replies left."); the reference players then name a candidate with one reply
+left rather than time out. Without it the policy sees the candidates but not the turn budget,
+so the state it acts on is aliased: guessing with few candidates and many turns left loses games
+a question would win, guessing on the last reply wins games a question would time out, and the
+policy sees no difference between the two. RL with timeouts forfeited learned to guess by
+candidates left alone (76 % of replies at 4 candidates and 6 replies left; docs/results.md).
 
 Options: pool_size (default 8), max_turns, solve_bits (1.0), wrong_guesses_allowed (0), pool_seed (0),
-show_candidates (false), forfeit_on_failure (false), forfeit_on_timeout (false).
+show_candidates (false), forfeit_on_failure (false), forfeit_on_timeout (false), show_turns_left (false).
 Scenarios (`env.scenarios`, `mapo eval --scenarios`): train | test | all of the bundled
 case set, or a case file `path.yaml` (all its secrets) or `path.yaml:train|test`.
 """
@@ -76,6 +83,11 @@ def opening_message(table: Table, pool: list[str], labels: tuple[str, str]) -> s
     return "\n".join(lines)
 
 
+def turns_left_note(replies: int) -> str:
+    """How a game with `show_turns_left` states its budget (the reference players read it back)."""
+    return f"{replies} {'reply' if replies == 1 else 'replies'} left."
+
+
 class QuestioningEnvironment:
     """One game: the policy asks, the table answers (see the module docstring)."""
 
@@ -92,7 +104,8 @@ class QuestioningEnvironment:
 
     def __init__(self, pool_size: int = 8, max_turns: int | None = None, solve_bits: float = 1.0,
                  wrong_guesses_allowed: int = 0, pool_seed: int = 0, show_candidates: bool = False,
-                 forfeit_on_failure: bool = False, forfeit_on_timeout: bool = False) -> None:
+                 forfeit_on_failure: bool = False, forfeit_on_timeout: bool = False,
+                 show_turns_left: bool = False) -> None:
         if not isinstance(pool_size, int) or pool_size < 2:
             raise ValueError(f"{self.case_set}: pool_size must be an integer >= 2, got {pool_size!r}")
         if max_turns is not None and max_turns < 1:
@@ -102,7 +115,7 @@ class QuestioningEnvironment:
         if not isinstance(wrong_guesses_allowed, int) or wrong_guesses_allowed < 0:
             raise ValueError(f"{self.case_set}: wrong_guesses_allowed must be an integer >= 0, got {wrong_guesses_allowed!r}")
         for name, flag in (("show_candidates", show_candidates), ("forfeit_on_failure", forfeit_on_failure),
-                           ("forfeit_on_timeout", forfeit_on_timeout)):
+                           ("forfeit_on_timeout", forfeit_on_timeout), ("show_turns_left", show_turns_left)):
             if not isinstance(flag, bool):
                 raise ValueError(f"{self.case_set}: {name} must be true or false, got {flag!r}")
         # the endings whose rewards are taken back (the need returns to D_0)
@@ -112,6 +125,7 @@ class QuestioningEnvironment:
             self.system_prompt = self.system_prompt.replace(
                 "You have one guess.", f"You have {wrong_guesses_allowed + 1} guesses.")
         self.show_candidates = show_candidates
+        self.show_turns_left = show_turns_left
         self.pool_size = pool_size
         self.max_turns = max_turns or default_max_turns(pool_size)
         self.solve_bits = float(solve_bits)
@@ -156,7 +170,8 @@ class QuestioningEnvironment:
         self.game = GameState(table, secret, pool, self.solve_bits)
         self.turn = 0
         self.done_reason: str | None = None
-        return opening_message(table, pool, self.labels)
+        opening = opening_message(table, pool, self.labels)
+        return f"{opening}\n{turns_left_note(self.max_turns)}" if self.show_turns_left else opening
 
     def step(self, response: str) -> StepResult:
         if self.game is None:
@@ -194,6 +209,8 @@ class QuestioningEnvironment:
         reply = outcome.reply
         if self.show_candidates and self.done_reason is None:
             reply += f" Still possible: {', '.join(self.game.consistent())}."
+        if self.show_turns_left and self.done_reason is None:
+            reply += f" {turns_left_note(self.max_turns - self.turn)}"
         return StepResult(reply, (before - distance,), self.done_reason is not None, info)
 
     @property

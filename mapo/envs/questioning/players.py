@@ -12,6 +12,9 @@ consistent. It never sees the secret.
 - random: a uniformly random unasked attribute (whether or not it splits anything);
   `Guess: <name>` once one candidate is left. Random draws come from one generator
   seeded at construction and consumed in call order, so a run is reproducible.
+
+Both name the first consistent candidate when the game says one reply is left
+(`show_turns_left`): a guess among n wins 1 / n of those games, a question none.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import random
 from collections.abc import Sequence
 
 from mapo.envs.questioning.cases import BUNDLED, Table, bundled_case_file, load_case_set
+from mapo.envs.questioning.env import turns_left_note
 from mapo.envs.questioning.game import consistent
 from mapo.envs.questioning.parse import parse_reply
 
@@ -75,7 +79,7 @@ class Player:
             elif move.kind == "guess" and theirs["content"].startswith("No"):
                 wrong.add(str(move.candidate))
         left = consistent(table, pool, answers, wrong) or [c for c in pool if c not in wrong]
-        if len(left) == 1:
+        if len(left) == 1 or said[-1]["content"].endswith(turns_left_note(1)):
             return f"Guess: {left[0]}"
         unasked = [a for a in table.attributes if a.key not in answers]
         if not unasked:  # every attribute asked: the table tells all candidates apart, so this is rare

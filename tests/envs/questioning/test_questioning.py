@@ -414,6 +414,30 @@ def test_forfeit_on_timeout_takes_back_the_bits_of_a_game_that_never_guesses():
         make_environment(TQ, forfeit_on_timeout="yes")
 
 
+def test_show_turns_left_states_the_budget_and_players_guess_on_the_last_reply():
+    scenario = load_scenarios(TQ, "test")[0]
+    never_guess = make_environment(TQ, show_turns_left=True, show_candidates=True, max_turns=4)
+    opening = never_guess.reset(scenario)
+    assert opening.endswith("\n4 replies left.")
+    said = [never_guess.step("Is it alive?").user_message for _ in range(2)]
+    assert said[0].endswith("Still possible: " + ", ".join(never_guess.game.consistent()) + ". 3 replies left.")
+    assert said[1].endswith(" 2 replies left.")
+    assert never_guess.step("Is it alive?").user_message.endswith(" 1 reply left.")
+    assert "left." not in never_guess.step("Is it alive?").user_message  # the game is over: no budget
+    # a random questioner names a candidate on its last reply instead of running out of turns
+    random_player = Player("random", seed=1)
+    infos, _, conversation = play(TQ, scenario, lambda c: random_player.reply(c[1:]), show_turns_left=True, max_turns=2)
+    assert [i["kind"] for i in infos][-1] in ("guess_right", "guess_wrong") and len(infos) == 2
+    blind, _, _ = play(TQ, scenario, lambda c: Player("random", seed=1).reply(c[1:]), max_turns=2)
+    assert blind[-1]["done_reason"] == "timeout"  # without the budget shown, it cannot know
+    optimal = Player("optimal")
+    shown, _, _ = play(TQ, scenario, lambda c: optimal.reply(c[1:]), show_turns_left=True)
+    plain, _, _ = play(TQ, scenario, lambda c: optimal.reply(c[1:]))
+    assert [i["kind"] for i in shown] == [i["kind"] for i in plain] and shown[-1]["done_reason"] == "success"
+    with pytest.raises(ValueError, match="show_turns_left must be true or false"):
+        make_environment(TQ, show_turns_left=1)
+
+
 def test_early_guesses_count_guesses_made_while_several_candidates_were_consistent():
     from mapo.envs.questioning.metrics import game_summary
 
