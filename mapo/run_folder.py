@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from mapo.validation import intact_records
+
 _CHECKPOINT = re.compile(r"^step-(\d{6,})$")
 
 
@@ -77,9 +79,8 @@ class RunFolder:
             os.fsync(handle.fileno())
 
     def read_metrics(self) -> list[dict[str, Any]]:
-        if not self.metrics_path.is_file():
-            return []
-        return [json.loads(line) for line in self.metrics_path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        """The logged steps; a line cut short by a kill is left out (resume drops it for good)."""
+        return intact_records(self.metrics_path, "metrics") if self.metrics_path.is_file() else []
 
     def drop_logs_after(self, step: int) -> None:
         """Keep only log lines of steps <= `step` (a resumed run rewrites the rest)."""

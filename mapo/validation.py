@@ -68,6 +68,20 @@ def json_lines(path: Path, what: str, error: type[Exception]) -> Iterator[tuple[
         yield number, value
 
 
+def intact_records(path: Path, what: str, error: type[Exception] = ValueError) -> list[dict[str, Any]]:
+    """The JSON objects of a .jsonl (or .jsonl.gz) log we append to, skipping any line that is not
+    one (a run killed mid-write leaves its last line cut short); an unreadable file is `error`."""
+    records = []
+    for line in read_text(path, what, error).splitlines():
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict):
+            records.append(value)
+    return records
+
+
 def read_records(path: Path, what: str, error: type[Exception] = ValueError) -> list[dict[str, Any]]:
     """The JSON objects of a .jsonl file, one a line; anything else is `error` naming the file and line."""
     records = []

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mapo.ablate.plan import AblationPlan, Unit
-from mapo.validation import compressed_or_plain, text_of
+from mapo.validation import compressed_or_plain, intact_records
 
 
 def run_dir(out: Path, unit: Unit) -> Path:
@@ -64,16 +64,9 @@ def _json_lines(path: Path) -> list[dict[str, Any]] | None:
     """The records of a .jsonl (or .jsonl.gz) file we wrote (None when missing or unreadable); a
     line cut short is left out."""
     try:
-        text = text_of(path)
-    except (OSError, EOFError, UnicodeDecodeError):
+        return intact_records(path, "records")
+    except ValueError:
         return None
-    records = []
-    for line in text.splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return records
 
 
 def _complete(summary_file: Path, lines_file: Path, expected: Callable[[dict[str, Any]], Any]) -> dict[str, Any] | None:

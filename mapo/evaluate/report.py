@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mapo.evaluate.html import esc, page, render_transcripts
-from mapo.validation import compressed_or_plain, text_of
+from mapo.validation import compressed_or_plain, intact_records
 
 REPORT_FILE = "report.html"
 TRANSCRIPT_VIEW_FILE = "transcripts.html"
@@ -78,17 +78,7 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     """The metric rows; a line that is not JSON (a run killed mid-write) is skipped."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no metrics.jsonl here; is {path.parent} a training run folder?")
-    rows = []
-    for line in text_of(path).splitlines():
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
+    return intact_records(path, "metrics")
 
 
 def numeric_series(rows: Sequence[dict[str, Any]]) -> tuple[list[float], dict[str, list[float]]]:
