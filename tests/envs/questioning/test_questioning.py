@@ -434,6 +434,13 @@ def test_show_turns_left_states_the_budget_and_players_guess_on_the_last_reply()
     shown, _, _ = play(TQ, scenario, lambda c: optimal.reply(c[1:]), show_turns_left=True)
     plain, _, _ = play(TQ, scenario, lambda c: optimal.reply(c[1:]))
     assert [i["kind"] for i in shown] == [i["kind"] for i in plain] and shown[-1]["done_reason"] == "success"
+    # an evaluation's cap below the game's limit becomes the limit, so the budget shown stays true
+    from mapo.envs.base import with_turn_cap
+
+    assert with_turn_cap(TQ, {"show_turns_left": True}, 5) == {"show_turns_left": True, "max_turns": 5}
+    assert with_turn_cap(TQ, {"show_turns_left": True}, 13) == {"show_turns_left": True}  # above the 7: kept
+    assert with_turn_cap(TQ, {"show_turns_left": True, "pool_size": 16}, 13) == {"show_turns_left": True, "pool_size": 16}
+    assert with_turn_cap(TQ, {"pool_size": 8}, 5) == {"pool_size": 8}  # not shown: the game keeps its 7
     with pytest.raises(ValueError, match="show_turns_left must be true or false"):
         make_environment(TQ, show_turns_left=1)
 
