@@ -83,19 +83,14 @@ class RunFolder:
         return intact_records(self.metrics_path, "metrics") if self.metrics_path.is_file() else []
 
     def drop_logs_after(self, step: int) -> None:
-        """Keep only log lines of steps <= `step` (a resumed run rewrites the rest)."""
+        """Keep only log lines of steps <= `step` (a resumed run rewrites the rest); a line cut by
+        the kill goes too. Kept lines are written back as the logger wrote them."""
         for path in (self.metrics_path, self.transcripts_path):
             if not path.is_file():
                 continue
-            kept = []
-            for line in path.read_text(encoding="utf-8").splitlines():
-                try:
-                    if json.loads(line).get("step", 0) <= step:
-                        kept.append(line)
-                except json.JSONDecodeError:  # a line cut by the kill
-                    continue
+            kept = [r for r in intact_records(path, "log lines") if r.get("step", 0) <= step]
             tmp = path.with_suffix(".tmp")
-            tmp.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
+            tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept), encoding="utf-8")
             os.replace(tmp, path)
 
     # ---- checkpoints

@@ -234,6 +234,28 @@ def _assert_folder_sound(out: Path) -> None:
     assert steps == list(range(1, len(steps) + 1))
 
 
+def test_logs_cut_by_a_kill_read_without_their_last_line_and_resume_drops_it(tmp_path):
+    import gzip
+
+    from mapo.validation import intact_records
+
+    run = RunFolder(tmp_path / "run")
+    rows = [{"step": 1, "reward_mean": 0.5, "note": "é"}, {"step": 2, "reward_mean": float("nan")}, {"step": 3}]
+    run.log_metrics(rows[0]), run.log_metrics(rows[1]), run.log_metrics(rows[2])
+    written = run.metrics_path.read_text(encoding="utf-8")
+    with open(run.metrics_path, "a", encoding="utf-8") as handle:
+        handle.write('[1, 2]\n{"step": 4, "rew')  # a line that is not a record, then one cut by the kill
+    assert [m["step"] for m in run.read_metrics()] == [1, 2, 3]
+    packed = tmp_path / "metrics.jsonl.gz"
+    packed.write_bytes(gzip.compress(run.metrics_path.read_bytes()))
+    assert [m["step"] for m in intact_records(packed, "metrics")] == [1, 2, 3]
+    packed.write_bytes(gzip.compress(written.encode())[:-12])  # an export copied short: named, not guessed at
+    with pytest.raises(ValueError, match="metrics.jsonl.gz: cannot read metrics: the compressed file is cut short"):
+        intact_records(packed, "metrics")
+    run.drop_logs_after(2)  # what a resume from step 2's checkpoint does: the kept lines byte for byte
+    assert run.metrics_path.read_text(encoding="utf-8") == "".join(written.splitlines(keepends=True)[:2])
+
+
 def test_sigkill_during_a_checkpoint_write_then_resume_reproduces_the_run(tmp_path, uninterrupted):
     out = tmp_path / "run"
     proc = _spawn(out, {"MAPO_TEST_PAUSE_IN_CHECKPOINT": "2"}, resume=False)

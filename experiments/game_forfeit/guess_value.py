@@ -5,8 +5,8 @@ share that were guesses on the last reply (where a guess wins 1 / n of the games
 none) and with 2 or more replies left (where a question is worth more: the reference players
 ask). A policy that acts on the whole state guesses on the last reply and asks before it; one
 that cannot see the budget guesses by candidates alone, at the same rate in both. `--states`
-adds, per state (n, replies left) seen 8+ times, the share of the games that asked a question
-there and went on to be solved, against 1 / n.
+adds, per state (n, replies left) where 8+ games did not guess, the share of those games that
+went on to be solved (any reply other than a guess counts as asking), against 1 / n.
 
     python experiments/game_forfeit/guess_value.py EVAL_FOLDER... [--max-turns 7] [--states]
 """
@@ -19,7 +19,7 @@ from mapo.validation import compressed_or_plain, read_records
 parser = argparse.ArgumentParser()
 parser.add_argument("evals", nargs="+", type=Path)
 parser.add_argument("--max-turns", type=int, default=7, help="the game's turn limit (the plans': 7)")
-parser.add_argument("--states", action="store_true", help="print every state seen 8+ times")
+parser.add_argument("--states", action="store_true", help="print every state where 8+ games did not guess")
 args = parser.parse_args()
 
 for folder in args.evals:

@@ -384,8 +384,8 @@ def game_timeout_plan() -> AblationPlan:
 # The game with the turn budget shown (`show_turns_left`): with timeouts forfeited, RL learned to
 # guess by candidates left alone, at 4 candidates with 6 replies left as with 1 left, since the
 # policy could not see the budget (docs/results.md, 2026-11-27); shown, guessing on the last reply
-# is learnable (the reference players, so the warm start's demonstrations, do it) and an early
-# gamble no longer stands in for it.
+# is learnable (the reference players do it, so a warm start built from their games recorded with
+# the budget shown does: docs/games.md) and an early gamble no longer stands in for it.
 GAME_TURNS_OPTIONS = {**GAME_TIMEOUT_OPTIONS, "show_turns_left": True}
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import fnmatch
 import io
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -202,7 +201,7 @@ def _transcript_view(run_dir: Path) -> Path | None:
     path = compressed_or_plain(run_dir, "transcripts.jsonl")
     if not path.is_file():
         return None
-    records = read_metrics(path)  # same tolerant JSONL reading
+    records = intact_records(path, "transcripts")
     if not records:
         return None
     steps = sorted({r.get("step", 0) for r in records})

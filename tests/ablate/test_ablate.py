@@ -258,8 +258,8 @@ def test_a_run_still_training_is_left_out_of_the_training_figures_and_curves(tmp
     (partial / "config.yaml").write_text("steps: 3\n")
     (partial / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward_mean": 9.0, "grad_norm": 1.0,
                                                        "env_success_rate": 1.0, "step_time": 500.0}) + '\n{"step": 2, "rew')
-    markdown = write_outputs(tmp_path, plan).read_text()  # its last line cut short by a kill: left out
-    assert last_logged_step(partial) == 1  # what `--resume` reads to continue the run
+    markdown = write_outputs(tmp_path, plan).read_text()
+    assert last_logged_step(partial) == 1  # its last line cut short by a kill; what `--resume` reads
     tables = json.loads((tmp_path / "ablation.json").read_text())["tables"]
     training = {r["variant"]: r for r in tables["Training (metrics.jsonl): mean ± sample std over seeds"]}
     assert training["mapo-idr"]["seeds"] == [0, 1] and 9.0 not in training["mapo-idr"]["metrics"]["reward_last"]["values"]

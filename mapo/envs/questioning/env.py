@@ -150,11 +150,13 @@ class QuestioningEnvironment:
 
     @staticmethod
     def with_turn_cap(options: dict[str, Any], max_turns: int) -> dict[str, Any]:
-        """The game keeps its own turn limit; the evaluation's cap only bounds it from outside,
-        except when the budget is shown (`show_turns_left`): a cap below the game's limit then
-        becomes it, so the replies left it states are the replies the policy gets."""
-        limit = options.get("max_turns") or default_max_turns(options.get("pool_size", 8))
-        if options.get("show_turns_left") and max_turns < limit:
+        """The game keeps its own turn limit (default or set); the evaluation's cap only bounds it
+        from outside, except when the budget is shown (`show_turns_left`): a cap below the game's
+        limit then becomes it, so the replies left it states are the replies the policy gets."""
+        pool_size = options.get("pool_size", 8)
+        if options.get("show_turns_left") is not True or not isinstance(pool_size, int) or pool_size < 2:
+            return dict(options)  # an invalid option is reported by the environment itself
+        if max_turns < (options.get("max_turns") or default_max_turns(pool_size)):
             return {**options, "max_turns": max_turns}
         return dict(options)
 

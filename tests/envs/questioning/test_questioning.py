@@ -425,10 +425,11 @@ def test_show_turns_left_states_the_budget_and_players_guess_on_the_last_reply()
     assert never_guess.step("Is it alive?").user_message.endswith(" 1 reply left.")
     assert "left." not in never_guess.step("Is it alive?").user_message  # the game is over: no budget
     # a random questioner names a candidate on its last reply instead of running out of turns
-    random_player = Player("random", seed=1)
-    infos, _, conversation = play(TQ, scenario, lambda c: random_player.reply(c[1:]), show_turns_left=True, max_turns=2)
-    assert [i["kind"] for i in infos][-1] in ("guess_right", "guess_wrong") and len(infos) == 2
-    blind, _, _ = play(TQ, scenario, lambda c: Player("random", seed=1).reply(c[1:]), max_turns=2)
+    shown_player, blind_player = Player("random", seed=1), Player("random", seed=1)
+    infos, _, _ = play(TQ, scenario, lambda c: shown_player.reply(c[1:]), show_turns_left=True, max_turns=2)
+    blind, _, _ = play(TQ, scenario, lambda c: blind_player.reply(c[1:]), max_turns=2)
+    assert infos[0]["attribute"] == blind[0]["attribute"] and infos[0]["candidates_left"] > 1  # the same first question
+    assert infos[1]["kind"] in ("guess_right", "guess_wrong") and blind[1]["kind"] == "question"
     assert blind[-1]["done_reason"] == "timeout"  # without the budget shown, it cannot know
     optimal = Player("optimal")
     shown, _, _ = play(TQ, scenario, lambda c: optimal.reply(c[1:]), show_turns_left=True)
@@ -439,7 +440,11 @@ def test_show_turns_left_states_the_budget_and_players_guess_on_the_last_reply()
 
     assert with_turn_cap(TQ, {"show_turns_left": True}, 5) == {"show_turns_left": True, "max_turns": 5}
     assert with_turn_cap(TQ, {"show_turns_left": True}, 13) == {"show_turns_left": True}  # above the 7: kept
-    assert with_turn_cap(TQ, {"show_turns_left": True, "pool_size": 16}, 13) == {"show_turns_left": True, "pool_size": 16}
+    assert with_turn_cap(TQ, {"show_turns_left": True, "pool_size": 16}, 8) == {"show_turns_left": True, "pool_size": 16, "max_turns": 8}
+    assert with_turn_cap(TQ, {"show_turns_left": True, "pool_size": 16}, 9) == {"show_turns_left": True, "pool_size": 16}  # its 9
+    assert with_turn_cap(TQ, {"show_turns_left": True, "max_turns": 4}, 5) == {"show_turns_left": True, "max_turns": 4}
+    assert with_turn_cap(TQ, {"show_turns_left": True, "max_turns": 9}, 7)["max_turns"] == 7
+    assert with_turn_cap(TQ, {"show_turns_left": True, "pool_size": 0}, 5) == {"show_turns_left": True, "pool_size": 0}
     assert with_turn_cap(TQ, {"pool_size": 8}, 5) == {"pool_size": 8}  # not shown: the game keeps its 7
     with pytest.raises(ValueError, match="show_turns_left must be true or false"):
         make_environment(TQ, show_turns_left=1)
