@@ -45,6 +45,10 @@ class TrainingInterrupted(KeyboardInterrupt):
         super().__init__(f"interrupted after step {step}; checkpoint saved in {run_dir}")
         self.run_dir, self.step = run_dir, step
 
+    def __reduce__(self) -> tuple[type, tuple[Path, int]]:
+        # an `mapo ablate --jobs N` worker returns it to the parent through pickle
+        return type(self), (self.run_dir, self.step)
+
 
 def role_metrics(groups: Sequence[Group]) -> dict[str, float]:
     """Fallbacks and repairs per role over a step's turns, and the fraction of turns with any fallback."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -141,7 +142,6 @@ def _stop_when_orphaned(grace_s: float = 300.0) -> None:
     reaches the whole process group): the run checkpoints at the end of its turn and exits, instead
     of training on unseen and meeting a second writer in its folder when the ablation is rerun."""
     import multiprocessing
-    import signal
     import threading
     import time
 
@@ -158,12 +158,25 @@ def _stop_when_orphaned(grace_s: float = 300.0) -> None:
     threading.Thread(target=watch, name="orphan-watch", daemon=True).start()
 
 
+_ABLATION_STOPPED: Any = None  # in a worker process: the event its ablation sets when interrupted
+
+
+def _start_worker(stopped: Any) -> None:
+    """Pool initializer: keep the ablation's stop event; an idle worker ignores Ctrl-C (the pool ends it)."""
+    global _ABLATION_STOPPED
+    _ABLATION_STOPPED = stopped
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _unit_job(out: str, plan: dict[str, Any], unit: tuple[str, int] | None, threads: int,
               extra: list[str]) -> tuple[str, str]:
     """Process-pool entry point (picklable arguments only); output goes to the unit's log file."""
     import contextlib
     import logging
 
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if _ABLATION_STOPPED is not None and _ABLATION_STOPPED.is_set():
+        raise KeyboardInterrupt  # queued before the ablation was interrupted: do not start it
     _stop_when_orphaned()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     chosen = Unit(*unit) if unit is not None else None
@@ -215,14 +228,41 @@ def run_ablation(
     else:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed
+        from concurrent.futures.process import BrokenProcessPool
 
         threads = max(1, (os.cpu_count() or 1) // jobs)
         context = multiprocessing.get_context("spawn")  # fresh interpreters: no forked torch thread pools
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context, max_tasks_per_child=1) as pool:
+        stopped = context.Event()
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context, max_tasks_per_child=1,
+                                 initializer=_start_worker, initargs=(stopped,)) as pool:
             futures = [
                 pool.submit(_unit_job, str(out), plan.to_dict(), (u.variant, u.seed) if u else None, threads, list(extra))
                 for u in todo
             ]
-            for future in as_completed(futures):
-                report(*future.result())
+            try:
+                for future in as_completed(futures):
+                    report(*future.result())
+            except KeyboardInterrupt:  # here or in a worker: stop the others at a checkpoint, start nothing new
+                _stop_workers(pool, stopped)
+                raise
+            except BrokenProcessPool:
+                _stop_workers(pool, stopped)
+                raise AblationStopped(f"a worker process of the ablation died (killed, or out of memory?); the "
+                                      f"finished runs and the checkpoints are kept: continue with "
+                                      f"mapo ablate --resume {out}") from None
     return write_outputs(out, plan)
+
+
+class AblationStopped(RuntimeError):
+    """A worker process died mid-unit; the message says how to resume."""
+
+
+def _stop_workers(pool: Any, stopped: Any) -> None:
+    """Let no queued unit start, Ctrl-C the running ones (a terminal's Ctrl-C reached them already;
+    `kill -INT` of the ablation alone did not), then wait while they checkpoint and exit."""
+    import multiprocessing
+
+    stopped.set()
+    for worker in multiprocessing.active_children():
+        os.kill(worker.pid, signal.SIGINT)  # a second one is harmless: the trainer stops once
+    pool.shutdown(wait=True, cancel_futures=True)

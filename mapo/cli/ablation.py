@@ -69,8 +69,10 @@ def ablate(
     the plan's held-out evaluation, benchmarks and held-out curve (e.g. --set benchmarks.limit=10,
     --set curve.every=5: every 5 steps a checkpoint is kept and evaluated held-out)."""
     from mapo.ablate import plan_for, read_plan, run_ablation, write_outputs
+    from mapo.ablate.runner import AblationStopped
     from mapo.run_folder import new_run_dir
 
+    folder: Path | None = None
     try:
         if paired_with and not (report or export):
             raise ValueError("--paired-with goes with --report (the tables of a finished or cut ablation)")
@@ -104,6 +106,14 @@ def ablate(
             md = run_ablation(plan, folder, jobs=jobs, on_done=lambda name, did: typer.echo(f"  {name}: {did}"))
     except (ValueError, FileNotFoundError) as err:
         raise fail(err) from None
+    except AblationStopped as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:  # Ctrl-C, here or in a worker: the running units saved checkpoints
+        if folder is not None:
+            typer.echo(f"Interrupted; finished runs, evaluations and checkpoints are kept. Continue with: "
+                       f"mapo ablate --resume {folder}")
+        raise typer.Exit(130) from None
     typer.echo(md.read_text(encoding="utf-8"))
     typer.echo(f"Table: {md}\nJSON: {md.with_suffix('.json')}\nHTML: {md.with_suffix('.html')}\n"
                f"Curves: {md.parent / 'curves.png'}")

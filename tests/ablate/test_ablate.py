@@ -517,11 +517,58 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _group_members(pgid: int) -> list[int]:
+    """Live processes of process group `pgid` (Linux /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[2] == str(pgid) and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
 def _alive(pid: int) -> bool:
     try:
         return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def _start_training_ablation(out: Path, **popen: object) -> tuple[object, Path]:
+    """A real `mapo ablate --jobs 2` of two long tiny runs, once its first run has logged two steps."""
+    import subprocess
+    import sys
+    import time
+
+    sets = [*TINY, "rollout.scenarios_per_step=1", "rollout.samples_per_scenario=2", "rollout.max_turns=2",
+            "rollout.max_new_tokens=4", "checkpoint_every=1000", "transcripts_every=0"]
+    boot = "import sys; from mapo.cli import main; sys.argv = ['mapo', *sys.argv[1:]]; main()"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", boot, "ablate", "--variant", "mapo-idr", "--seeds", "2", "--steps", "1000",
+         "--jobs", "2", "--output", str(out), *sum((["--set", s] for s in sets), [])],
+        env={**os.environ, "HF_HUB_OFFLINE": "1"}, **popen,
+    )
+    metrics = run_dir(out, Unit("mapo-idr", 0)) / "metrics.jsonl"
+    deadline = time.monotonic() + 240
+    try:
+        while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+            assert proc.poll() is None and time.monotonic() < deadline, "the ablation ended or never trained"
+            time.sleep(0.2)
+    except BaseException:
+        proc.kill()
+        raise
+    return proc, metrics
+
+
+def _assert_stopped_at_a_checkpoint(metrics: Path) -> None:
+    from mapo.run_folder import RunFolder
+
+    steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines() if line.strip()]
+    latest = RunFolder(metrics.parent).latest_checkpoint()
+    assert steps and latest is not None and latest.name == f"step-{steps[-1]:06d}" and steps[-1] < 1000
 
 
 @pytest.mark.slow  # about a minute: a real `mapo ablate --jobs 2` killed (CI runs the slow tests)
@@ -532,26 +579,11 @@ def test_a_killed_ablation_stops_its_worker_processes_at_a_checkpoint(tmp_path):
     than training on unseen and meeting a second writer when the ablation is rerun."""
     import signal
     import subprocess
-    import sys
     import time
 
-    from mapo.run_folder import RunFolder
-
-    out = tmp_path / "ablation"
-    sets = [*TINY, "rollout.scenarios_per_step=1", "rollout.samples_per_scenario=2", "rollout.max_turns=2",
-            "rollout.max_new_tokens=4", "checkpoint_every=1000", "transcripts_every=0"]
-    boot = "import sys; from mapo.cli import main; sys.argv = ['mapo', *sys.argv[1:]]; main()"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", boot, "ablate", "--variant", "mapo-idr", "--seeds", "2", "--steps", "1000",
-         "--jobs", "2", "--output", str(out), *sum((["--set", s] for s in sets), [])],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
-    metrics = run_dir(out, Unit("mapo-idr", 0)) / "metrics.jsonl"
-    deadline = time.monotonic() + 240
+    proc, metrics = _start_training_ablation(tmp_path / "ablation", stdout=subprocess.DEVNULL,
+                                             stderr=subprocess.DEVNULL)
     try:
-        while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
-            assert proc.poll() is None and time.monotonic() < deadline, "the ablation ended or never trained"
-            time.sleep(0.2)
         workers = _children(proc.pid)
         assert len(workers) >= 2
         proc.send_signal(signal.SIGKILL)
@@ -563,6 +595,80 @@ def test_a_killed_ablation_stops_its_worker_processes_at_a_checkpoint(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-    steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines() if line.strip()]
-    latest = RunFolder(metrics.parent).latest_checkpoint()
-    assert steps and latest is not None and latest.name == f"step-{steps[-1]:06d}" and steps[-1] < 1000
+    _assert_stopped_at_a_checkpoint(metrics)
+
+
+@pytest.mark.slow  # about a minute, as above
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
+@pytest.mark.parametrize("whole_group", [True, False], ids=["terminal-ctrl-c", "kill-int-of-the-parent"])
+def test_ctrl_c_of_a_parallel_ablation_stops_every_run_at_a_checkpoint_and_says_how_to_resume(tmp_path, whole_group):
+    """Ctrl-C reaches `mapo ablate --jobs 2` and its workers (`kill -INT` only the parent): the runs
+    checkpoint, the units not started never start, and the command ends with one line saying how to
+    go on, not a traceback (a worker's TrainingInterrupted once failed to unpickle: BrokenProcessPool)."""
+    import signal
+    import subprocess
+    import time
+
+    out = tmp_path / "ablation"
+    proc, metrics = _start_training_ablation(out, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                             text=True, start_new_session=True)
+    try:
+        if whole_group:
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, output
+    assert f"Continue with: mapo ablate --resume {out}" in output and "Traceback" not in output, output
+    _assert_stopped_at_a_checkpoint(metrics)
+    deadline = time.monotonic() + 30  # multiprocessing's resource tracker ends once its parent has gone
+    while _group_members(proc.pid):
+        assert time.monotonic() < deadline, "a worker outlived its ablation"
+        time.sleep(0.5)
+
+
+def test_ctrl_c_of_a_serial_ablation_says_how_to_resume(tmp_path, monkeypatch):
+    import mapo.ablate.runner as runner
+    from mapo.reliability import TrainingInterrupted
+
+    def interrupted(out, plan, unit, *args, **kwargs):  # what a run's Ctrl-C raises (fault injection)
+        raise TrainingInterrupted(Path(out) / "runs" / "x", 3)
+
+    monkeypatch.setattr(runner, "run_unit", interrupted)
+    out = tmp_path / "ablation"
+    result = CliRunner().invoke(app, ["ablate", "--variant", "mapo-idr", "--seeds", "1", "--steps", "2",
+                                      "--output", str(out), *sum((["--set", s] for s in TINY), [])])
+    assert result.exit_code == 130, result.output
+    assert f"Continue with: mapo ablate --resume {out}" in result.output
+
+
+def test_a_unit_queued_before_the_ablation_was_interrupted_does_not_start(tmp_path):
+    import signal
+    import threading
+
+    import mapo.ablate.runner as runner
+
+    stopped, handler = threading.Event(), signal.getsignal(signal.SIGINT)
+    try:
+        runner._start_worker(stopped)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # an idle worker leaves Ctrl-C to its ablation
+        stopped.set()
+        with pytest.raises(KeyboardInterrupt):
+            runner._unit_job(str(tmp_path), quick_plan().to_dict(), ("mapo-idr", 0), 1, list(TINY))
+    finally:
+        runner._ABLATION_STOPPED = None
+        signal.signal(signal.SIGINT, handler)
+    assert not (tmp_path / "logs").exists() and not (tmp_path / "runs").exists()
+
+
+def test_a_worker_s_training_interrupted_crosses_the_process_boundary():
+    import pickle
+
+    from mapo.reliability import TrainingInterrupted
+
+    again = pickle.loads(pickle.dumps(TrainingInterrupted(Path("runs/r"), 7)))
+    assert isinstance(again, TrainingInterrupted) and (again.run_dir, again.step) == (Path("runs/r"), 7)
+    assert "after step 7" in str(again)
