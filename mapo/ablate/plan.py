@@ -54,11 +54,16 @@ _estimator_variant("mapo", "outcome", "MAPO on the outcome-only reward (D_0 - D_
 for _alpha in ("0.25", "0.75"):  # the alpha sweep's inner points (0 is batch-idr, 1 is turn-idr, 0.5 mapo-idr)
     register_variant(f"mapo-a{_alpha}-idr", "advantage.estimator=mapo", f"advantage.alpha={_alpha}", "reward.kind=idr",
                      description=f"MAPO with alpha = {_alpha} (turn-level share of the mix)")
-# the same estimators at a lower learning rate than the trainer's 5e-4 (the game-lr plan; mapo_ragged
-# beside them on the game-timeout settings, where MAPO's T_min cut leaves most final turns untrained)
-for _estimator in ("mapo", "mapo_ragged", "grpo"):
+# the grid at a lower learning rate than the trainer's 5e-4, the steadier rate on the game (the
+# game-lr plan; then the game-turns plans)
+for _estimator in ("mapo", "mapo_ragged", "grpo", "turn", "batch", "rloo"):
     register_variant(f"{_estimator}-idr-lr2e-4", f"advantage.estimator={_estimator}", "reward.kind=idr", "optim.lr=2e-4",
                      description=f"{_estimator}-idr at learning rate 2e-4")
+register_variant("mapo-outcome-lr2e-4", "advantage.estimator=mapo", "reward.kind=outcome", "optim.lr=2e-4",
+                 description="mapo-outcome at learning rate 2e-4")
+for _alpha in ("0.25", "0.75"):
+    register_variant(f"mapo-a{_alpha}-idr-lr2e-4", "advantage.estimator=mapo", f"advantage.alpha={_alpha}", "reward.kind=idr",
+                     "optim.lr=2e-4", description=f"MAPO with alpha = {_alpha} at learning rate 2e-4")
 
 # COMPEER and RAPO options on top of mapo-idr (docs/methods.md)
 register_variant("mapo-idr-redundancy", "reward.redundancy=true", description="+ COMPEER redundancy reweighting")
@@ -390,10 +395,11 @@ GAME_TURNS_OPTIONS = {**GAME_TIMEOUT_OPTIONS, "show_turns_left": True}
 
 
 def game_turns_plan() -> AblationPlan:
-    """MAPO and GRPO at learning rate 2e-4 (the steadier rate on this game) and MAPO without the
-    T_min cut, 5 seeds, on the game-timeout settings with the replies left shown."""
+    """The game plan's grid and MAPO without the T_min cut, all at learning rate 2e-4 (the steadier
+    rate on this game), 5 seeds, on the game-timeout settings with the replies left shown."""
     plan = game_forfeit_plan()
-    plan.variants = ["mapo-idr-lr2e-4", "grpo-idr-lr2e-4", "mapo_ragged-idr-lr2e-4"]
+    plan.variants = ["mapo-idr-lr2e-4", "grpo-idr-lr2e-4", "mapo_ragged-idr-lr2e-4", "turn-idr-lr2e-4",
+                     "batch-idr-lr2e-4", "rloo-idr-lr2e-4", "mapo-outcome-lr2e-4"]
     plan.train = _with_env_options(plan.train, GAME_TURNS_OPTIONS)
     plan.eval.env_options = dict(GAME_TURNS_OPTIONS)
     plan.name = "game-turns"
@@ -407,6 +413,17 @@ def game_alpha_plan() -> AblationPlan:
     plan.variants = ["batch-idr", "mapo-a0.25-idr", "mapo-idr", "mapo-a0.75-idr", "turn-idr"]
     plan.seeds = [0, 1, 2]
     plan.name = "game-alpha"
+    return plan
+
+
+def game_turns_alpha_plan() -> AblationPlan:
+    """The alpha sweep on the game-turns settings: MAPO's turn-level share of the mix at 0 (batch
+    only), 0.25, 0.5 (MAPO), 0.75 and 1 (turn only), at learning rate 2e-4, 3 seeds."""
+    plan = game_turns_plan()
+    plan.variants = ["batch-idr-lr2e-4", "mapo-a0.25-idr-lr2e-4", "mapo-idr-lr2e-4", "mapo-a0.75-idr-lr2e-4",
+                     "turn-idr-lr2e-4"]
+    plan.seeds = [0, 1, 2]
+    plan.name = "game-turns-alpha"
     return plan
 
 
@@ -462,6 +479,7 @@ PLANS.add("game-forfeit", game_forfeit_plan)
 PLANS.add("game-timeout", game_timeout_plan)
 PLANS.add("game-turns", game_turns_plan)
 PLANS.add("game-alpha", game_alpha_plan)
+PLANS.add("game-turns-alpha", game_turns_alpha_plan)
 PLANS.add("game-lr", game_lr_plan)
 PLANS.add("empathy-warm", empathy_warm_plan)
 

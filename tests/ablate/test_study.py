@@ -78,7 +78,15 @@ def test_plans_are_named_in_a_registry_a_user_can_extend():
     turns = plan_for("game-turns")  # the timeout settings with the budget shown, lr 2e-4
     assert turns.eval.env_options == {**timeout.eval.env_options, "show_turns_left": True} and len(turns.seeds) == 5
     assert load_config(None, turns.train).env.options["show_turns_left"] is True
-    assert {load_config(None, unit_overrides(turns, Unit(v, 0), None)).optim.lr for v in turns.variants} == {2e-4}
+    turns_configs = {v: load_config(None, unit_overrides(turns, Unit(v, 0), None)) for v in turns.variants}
+    assert {c.optim.lr for c in turns_configs.values()} == {2e-4}
+    assert sorted((c.advantage.estimator, c.reward.kind) for c in turns_configs.values()) == sorted(  # the game's grid
+        [*((e, "idr") for e in ("mapo", "grpo", "mapo_ragged", "turn", "batch", "rloo")), ("mapo", "outcome")])
+    turns_alpha = plan_for("game-turns-alpha")  # the sweep on those settings
+    assert turns_alpha.train == turns.train and turns_alpha.eval == turns.eval and turns_alpha.seeds == [0, 1, 2]
+    assert [(c.advantage.estimator, c.advantage.alpha, c.optim.lr) for c in
+            (load_config(None, unit_overrides(turns_alpha, Unit(v, 0), None)) for v in turns_alpha.variants)] == [
+        ("batch", 0.5, 2e-4), ("mapo", 0.25, 2e-4), ("mapo", 0.5, 2e-4), ("mapo", 0.75, 2e-4), ("turn", 0.5, 2e-4)]
     alpha = plan_for("game-alpha")  # the sweep: the forfeit settings, alpha 0 .. 1 in MAPO's mix
     assert {**alpha.to_dict(), "variants": None, "seeds": None, "name": None} == {**forfeit.to_dict(), "variants": None, "seeds": None, "name": None}
     assert alpha.seeds == [0, 1, 2]
