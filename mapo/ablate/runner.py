@@ -190,6 +190,10 @@ def _unit_job(out: str, plan: dict[str, Any], unit: tuple[str, int] | None, thre
     return name, did
 
 
+class AblationStopped(RuntimeError):
+    """A worker process died mid-unit; the message says how to resume."""
+
+
 def run_ablation(
     plan: AblationPlan,
     out: str | Path,
@@ -251,10 +255,6 @@ def run_ablation(
                                       f"finished runs and the checkpoints are kept: continue with "
                                       f"mapo ablate --resume {out}") from None
     return write_outputs(out, plan)
-
-
-class AblationStopped(RuntimeError):
-    """A worker process died mid-unit; the message says how to resume."""
 
 
 def _stop_workers(pool: Any, stopped: Any) -> None:
