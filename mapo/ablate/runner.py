@@ -5,9 +5,11 @@ from its latest checkpoint through the trainer's resume; a unit missing only ben
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -162,32 +164,39 @@ _ABLATION_STOPPED: Any = None  # in a worker process: the event its ablation set
 
 
 def _start_worker(stopped: Any) -> None:
-    """Pool initializer: keep the ablation's stop event; an idle worker ignores Ctrl-C (the pool ends it)."""
+    """Pool initializer: keep the ablation's stop event; an idle worker ignores Ctrl-C (the pool ends
+    it). Workers start with SIGINT blocked (`run_ablation`), so one still importing is not killed by
+    a Ctrl-C, which would break the pool and have it terminate the running units mid-step."""
     global _ABLATION_STOPPED
     _ABLATION_STOPPED = stopped
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _unit_job(out: str, plan: dict[str, Any], unit: tuple[str, int] | None, threads: int,
               extra: list[str]) -> tuple[str, str]:
     """Process-pool entry point (picklable arguments only); output goes to the unit's log file."""
-    import contextlib
     import logging
 
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    if _ABLATION_STOPPED is not None and _ABLATION_STOPPED.is_set():
-        raise KeyboardInterrupt  # queued before the ablation was interrupted: do not start it
-    _stop_when_orphaned()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    chosen = Unit(*unit) if unit is not None else None
-    name = chosen.name if chosen else "base"
-    logs = Path(out) / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    with open(logs / f"{name}.log", "a", encoding="utf-8", buffering=1) as handle, \
-            contextlib.redirect_stderr(handle), contextlib.redirect_stdout(handle):
-        logging.basicConfig(stream=handle, level=logging.INFO, force=True)
-        did = run_unit(Path(out), AblationPlan.from_dict(plan), chosen, threads, extra, show_progress=False)
-    return name, did
+    # the pool ends its other workers with SIGTERM when one dies: stop at a checkpoint, as Ctrl-C does
+    signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
+    try:
+        if _ABLATION_STOPPED is not None and _ABLATION_STOPPED.is_set():
+            raise KeyboardInterrupt  # queued before the ablation was interrupted: do not start it
+        _stop_when_orphaned()
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        chosen = Unit(*unit) if unit is not None else None
+        name = chosen.name if chosen else "base"
+        logs = Path(out) / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        with open(logs / f"{name}.log", "a", encoding="utf-8", buffering=1) as handle, \
+                contextlib.redirect_stderr(handle), contextlib.redirect_stdout(handle):
+            logging.basicConfig(stream=handle, level=logging.INFO, force=True)
+            did = run_unit(Path(out), AblationPlan.from_dict(plan), chosen, threads, extra, show_progress=False)
+        return name, did
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a late Ctrl-C must not cut the result on its way back
 
 
 class AblationStopped(RuntimeError):
@@ -239,17 +248,24 @@ def run_ablation(
         stopped = context.Event()
         with ProcessPoolExecutor(max_workers=jobs, mp_context=context, max_tasks_per_child=1,
                                  initializer=_start_worker, initargs=(stopped,)) as pool:
-            futures = [
-                pool.submit(_unit_job, str(out), plan.to_dict(), (u.variant, u.seed) if u else None, threads, list(extra))
-                for u in todo
-            ]
             try:
+                # the workers, and the pool's manager thread that starts the later ones, inherit this
+                # thread's signal mask: each starts with SIGINT blocked and unblocks it once it ignores it
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+                try:
+                    futures = [
+                        pool.submit(_unit_job, str(out), plan.to_dict(), (u.variant, u.seed) if u else None, threads,
+                                    list(extra))
+                        for u in todo
+                    ]
+                finally:
+                    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a Ctrl-C held back lands here
                 for future in as_completed(futures):
                     report(*future.result())
             except KeyboardInterrupt:  # here or in a worker: stop the others at a checkpoint, start nothing new
                 _stop_workers(pool, stopped)
                 raise
-            except BrokenProcessPool:
+            except BrokenProcessPool:  # the pool has sent the other workers SIGTERM: they checkpoint
                 _stop_workers(pool, stopped)
                 raise AblationStopped(f"a worker process of the ablation died (killed, or out of memory?); the "
                                       f"finished runs and the checkpoints are kept: continue with "
@@ -263,6 +279,8 @@ def _stop_workers(pool: Any, stopped: Any) -> None:
     import multiprocessing
 
     stopped.set()
+    print("Stopping: the running units save a checkpoint and exit ...", file=sys.stderr, flush=True)
     for worker in multiprocessing.active_children():
-        os.kill(worker.pid, signal.SIGINT)  # a second one is harmless: the trainer stops once
+        with contextlib.suppress(ProcessLookupError):  # the pool may be reaping it
+            os.kill(worker.pid, signal.SIGINT)  # the trainer stops once; idle and finishing workers ignore it
     pool.shutdown(wait=True, cancel_futures=True)

@@ -504,41 +504,33 @@ def test_shares_of_a_study_export_without_weights_into_one_folder_that_reports_l
     assert result.exit_code == 2 and "--resume" in result.output
 
 
-def _children(pid: int) -> list[int]:
-    """Live processes whose parent is `pid` (Linux /proc)."""
-    found = []
+def _live_processes() -> dict[int, list[str]]:
+    """The stat fields after the command name of every live process (Linux /proc), by pid."""
+    found = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if fields[1] == str(pid) and fields[0] != "Z":
-            found.append(int(stat.parent.name))
+        if fields[0] != "Z":
+            found[int(stat.parent.name)] = fields
     return found
+
+
+def _children(pid: int) -> list[int]:
+    return [child for child, fields in _live_processes().items() if fields[1] == str(pid)]
 
 
 def _group_members(pgid: int) -> list[int]:
-    """Live processes of process group `pgid` (Linux /proc)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[2] == str(pgid) and fields[0] != "Z":
-            found.append(int(stat.parent.name))
-    return found
+    return [member for member, fields in _live_processes().items() if fields[2] == str(pgid)]
 
 
 def _alive(pid: int) -> bool:
-    try:
-        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    return pid in _live_processes()
 
 
-def _start_training_ablation(out: Path, **popen: object) -> tuple[object, Path]:
-    """A real `mapo ablate --jobs 2` of two long tiny runs, once its first run has logged two steps."""
+def _start_training_ablation(out: Path, seeds: int = 2, **popen: object) -> tuple[object, Path]:
+    """A real `mapo ablate --jobs 2` of long tiny runs, once its first run has logged two steps."""
     import subprocess
     import sys
     import time
@@ -547,7 +539,7 @@ def _start_training_ablation(out: Path, **popen: object) -> tuple[object, Path]:
             "rollout.max_new_tokens=4", "checkpoint_every=1000", "transcripts_every=0"]
     boot = "import sys; from mapo.cli import main; sys.argv = ['mapo', *sys.argv[1:]]; main()"
     proc = subprocess.Popen(
-        [sys.executable, "-c", boot, "ablate", "--variant", "mapo-idr", "--seeds", "2", "--steps", "1000",
+        [sys.executable, "-c", boot, "ablate", "--variant", "mapo-idr", "--seeds", str(seeds), "--steps", "1000",
          "--jobs", "2", "--output", str(out), *sum((["--set", s] for s in sets), [])],
         env={**os.environ, "HF_HUB_OFFLINE": "1"}, **popen,
     )
@@ -610,7 +602,7 @@ def test_ctrl_c_of_a_parallel_ablation_stops_every_run_at_a_checkpoint_and_says_
     import time
 
     out = tmp_path / "ablation"
-    proc, metrics = _start_training_ablation(out, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    proc, metrics = _start_training_ablation(out, seeds=4, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                              text=True, start_new_session=True)
     try:
         if whole_group:
@@ -628,6 +620,10 @@ def test_ctrl_c_of_a_parallel_ablation_stops_every_run_at_a_checkpoint_and_says_
     while _group_members(proc.pid):
         assert time.monotonic() < deadline, "a worker outlived its ablation"
         time.sleep(0.5)
+    # two workers ran the base and seed 0 (or seed 1, once the base was done); the pool had already
+    # handed seeds 2 and 3 to its call queue, where cancelling no longer reaches: the stop event does
+    for seed in (2, 3):
+        assert not (metrics.parent.parent / f"mapo-idr-s{seed}").exists() and not (out / "logs" / f"mapo-idr-s{seed}.log").exists()
 
 
 def test_ctrl_c_of_a_serial_ablation_says_how_to_resume(tmp_path, monkeypatch):
@@ -639,8 +635,11 @@ def test_ctrl_c_of_a_serial_ablation_says_how_to_resume(tmp_path, monkeypatch):
 
     monkeypatch.setattr(runner, "run_unit", interrupted)
     out = tmp_path / "ablation"
-    result = CliRunner().invoke(app, ["ablate", "--variant", "mapo-idr", "--seeds", "1", "--steps", "2",
-                                      "--output", str(out), *sum((["--set", s] for s in TINY), [])])
+    try:
+        result = CliRunner().invoke(app, ["ablate", "--variant", "mapo-idr", "--seeds", "1", "--steps", "2",
+                                          "--output", str(out), *sum((["--set", s] for s in TINY), [])])
+    except KeyboardInterrupt:  # CliRunner passes it on: it would end the whole test session
+        pytest.fail("mapo ablate let a run's Ctrl-C through")
     assert result.exit_code == 130, result.output
     assert f"Continue with: mapo ablate --resume {out}" in result.output
 
