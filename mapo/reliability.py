@@ -46,7 +46,7 @@ class TrainingInterrupted(KeyboardInterrupt):
         self.run_dir, self.step = run_dir, step
 
     def __reduce__(self) -> tuple[type, tuple[Path, int]]:
-        # an `mapo ablate --jobs N` worker returns it to the parent through pickle
+        # a `mapo ablate --jobs N` worker returns it to the parent through pickle
         return type(self), (self.run_dir, self.step)
 
 

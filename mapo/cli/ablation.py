@@ -26,7 +26,8 @@ def ablate(
                                     "x 5 seeds, a lost game scored as no progress), game-timeout (its 5 IDR variants x 3 seeds with a "
                                     "timed-out game lost too), game-turns (the game's 6 variants and mapo_ragged at lr 2e-4 x 5 "
                                     "seeds with the replies left shown too), game-alpha (MAPO's alpha at 0, 0.25, 0.5, 0.75, 1 on the "
-                                    "forfeit settings, 3 seeds), game-turns-alpha (the same on the game-turns settings), game-lr (MAPO and GRPO each at learning rates 5e-4 and 2e-4 on the forfeit settings, seeds 3-7), "
+                                    "forfeit settings, 3 seeds), game-turns-alpha (the same on the game-turns settings), game-lr "
+                                    "(MAPO and GRPO each at learning rates 5e-4 and 2e-4 on the forfeit settings, seeds 3-7), "
                                     "empathy-warm (mapo and grpo x 5 seeds from an SFT checkpoint given the same way), or a "
                                     "plug-in's (mapo.ablate.PLANS).")
     ] = None,
