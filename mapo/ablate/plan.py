@@ -56,14 +56,10 @@ for _alpha in ("0.25", "0.75"):  # the alpha sweep's inner points (0 is batch-id
                      description=f"MAPO with alpha = {_alpha} (turn-level share of the mix)")
 # the grid at a lower learning rate than the trainer's 5e-4, the steadier rate on the game (the
 # game-lr plan; then the game-turns plans)
-for _estimator in ("mapo", "mapo_ragged", "grpo", "turn", "batch", "rloo"):
-    register_variant(f"{_estimator}-idr-lr2e-4", f"advantage.estimator={_estimator}", "reward.kind=idr", "optim.lr=2e-4",
-                     description=f"{_estimator}-idr at learning rate 2e-4")
-register_variant("mapo-outcome-lr2e-4", "advantage.estimator=mapo", "reward.kind=outcome", "optim.lr=2e-4",
-                 description="mapo-outcome at learning rate 2e-4")
-for _alpha in ("0.25", "0.75"):
-    register_variant(f"mapo-a{_alpha}-idr-lr2e-4", "advantage.estimator=mapo", f"advantage.alpha={_alpha}", "reward.kind=idr",
-                     "optim.lr=2e-4", description=f"MAPO with alpha = {_alpha} at learning rate 2e-4")
+for _name in ("mapo-idr", "mapo_ragged-idr", "grpo-idr", "turn-idr", "batch-idr", "rloo-idr", "mapo-outcome",
+              "mapo-a0.25-idr", "mapo-a0.75-idr"):
+    register_variant(f"{_name}-lr2e-4", *VARIANTS.resolve(_name).overrides, "optim.lr=2e-4",
+                     description=f"{_name} at learning rate 2e-4")
 
 # COMPEER and RAPO options on top of mapo-idr (docs/methods.md)
 register_variant("mapo-idr-redundancy", "reward.redundancy=true", description="+ COMPEER redundancy reweighting")

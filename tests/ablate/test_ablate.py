@@ -525,10 +525,6 @@ def _group_members(pgid: int) -> list[int]:
     return [member for member, fields in _live_processes().items() if fields[2] == str(pgid)]
 
 
-def _alive(pid: int) -> bool:
-    return pid in _live_processes()
-
-
 def _start_training_ablation(out: Path, seeds: int = 2, **popen: object) -> tuple[object, Path]:
     """A real `mapo ablate --jobs 2` of long tiny runs, once its first run has logged two steps."""
     import subprocess
@@ -581,7 +577,7 @@ def test_a_killed_ablation_stops_its_worker_processes_at_a_checkpoint(tmp_path):
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         deadline = time.monotonic() + 120
-        while any(_alive(w) for w in workers):
+        while set(workers) & _live_processes().keys():
             assert time.monotonic() < deadline, "the workers outlived their ablation"
             time.sleep(0.5)
     finally:
