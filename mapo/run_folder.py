@@ -108,12 +108,21 @@ class RunFolder:
         tmp.mkdir(parents=True)
         write(tmp)
         if target.exists():
-            shutil.rmtree(target)
+            self._remove_checkpoint(target)
         os.replace(tmp, target)
         for old in self.list_checkpoints()[:-keep]:
             if not (keep_every and checkpoint_step(old) % keep_every == 0):
-                shutil.rmtree(old, ignore_errors=True)
+                self._remove_checkpoint(old)
         return target
+
+    def _remove_checkpoint(self, checkpoint: Path) -> None:
+        """Rename out of the checkpoint namespace first, then delete: a kill during the delete leaves
+        a temporary folder (discarded on resume), never a listed checkpoint with files missing."""
+        doomed = self.checkpoints / f".tmp-{checkpoint.name}-removing-{os.getpid()}"
+        if doomed.exists():
+            shutil.rmtree(doomed)
+        os.replace(checkpoint, doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
 
     def discard_partial_checkpoints(self) -> None:
         """Remove the temporary folders of checkpoint writes that a kill cut short."""

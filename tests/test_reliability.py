@@ -256,6 +256,35 @@ def test_logs_cut_by_a_kill_read_without_their_last_line_and_resume_drops_it(tmp
     assert run.metrics_path.read_text(encoding="utf-8") == "".join(written.splitlines(keepends=True)[:2])
 
 
+def test_a_kill_while_an_old_checkpoint_is_deleted_never_leaves_it_listed_half_gone(tmp_path, monkeypatch):
+    """Pruning (and overwriting) a checkpoint renames it out of the listing before deleting it, so a kill
+    in the middle of the delete leaves a temporary folder that resume discards, not a checkpoint missing
+    its trainer state (what CI's random SIGKILL once caught)."""
+    run = RunFolder(tmp_path / "run")
+
+    def write(folder: Path) -> None:
+        (folder / "trainer_state.pt").write_bytes(b"state")
+        (folder / "policy").mkdir()
+        (folder / "policy" / "model.safetensors").write_bytes(b"weights")
+
+    for step in (1, 2):
+        run.save_checkpoint(step, write, keep=2)
+    real_rmtree = shutil.rmtree
+
+    def killed_midway(path, *args, **kwargs):  # deletes the first file, then "the process dies"
+        (Path(path) / "trainer_state.pt").unlink()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(shutil, "rmtree", killed_midway)
+    with pytest.raises(KeyboardInterrupt):
+        run.save_checkpoint(3, write, keep=2)  # prunes step 1
+    monkeypatch.setattr(shutil, "rmtree", real_rmtree)
+    assert [p.name for p in run.list_checkpoints()] == ["step-000002", "step-000003"]
+    assert all((p / "trainer_state.pt").is_file() for p in run.list_checkpoints())
+    run.discard_partial_checkpoints()
+    assert sorted(p.name for p in run.checkpoints.iterdir()) == ["step-000002", "step-000003"]
+
+
 def test_sigkill_during_a_checkpoint_write_then_resume_reproduces_the_run(tmp_path, uninterrupted):
     out = tmp_path / "run"
     proc = _spawn(out, {"MAPO_TEST_PAUSE_IN_CHECKPOINT": "2"}, resume=False)
