@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import signal
 import sys
@@ -96,8 +97,6 @@ def _keep_final_eval_as_check(out: Path, plan: AblationPlan, unit: Unit) -> None
 def _held_out_curve(out: Path, plan: AblationPlan, unit: Unit, steps: Sequence[int]) -> int:
     """Evaluate the unit's kept checkpoints at `steps` with the curve's budget; returns how many were.
     A run trained before the plan had a curve has no such checkpoints: named, skipped."""
-    import logging
-
     from mapo.config import load_config
     from mapo.evaluate.checkpoints import load_eval_policy
     from mapo.evaluate.runner import run_eval
@@ -176,8 +175,6 @@ def _start_worker(stopped: Any) -> None:
 def _unit_job(out: str, plan: dict[str, Any], unit: tuple[str, int] | None, threads: int,
               extra: list[str]) -> tuple[str, str]:
     """Process-pool entry point (picklable arguments only); output goes to the unit's log file."""
-    import logging
-
     signal.signal(signal.SIGINT, signal.default_int_handler)
     # the pool ends its other workers with SIGTERM when one dies: stop at a checkpoint, as Ctrl-C does
     signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
@@ -193,14 +190,23 @@ def _unit_job(out: str, plan: dict[str, Any], unit: tuple[str, int] | None, thre
         with open(logs / f"{name}.log", "a", encoding="utf-8", buffering=1) as handle, \
                 contextlib.redirect_stderr(handle), contextlib.redirect_stdout(handle):
             logging.basicConfig(stream=handle, level=logging.INFO, force=True)
-            did = run_unit(Path(out), AblationPlan.from_dict(plan), chosen, threads, extra, show_progress=False)
+            try:
+                did = run_unit(Path(out), AblationPlan.from_dict(plan), chosen, threads, extra, show_progress=False)
+            except Exception:  # the traceback goes to the unit's log; the parent reports the error itself
+                logging.getLogger(__name__).exception("%s failed", name)
+                raise
         return name, did
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a late Ctrl-C must not cut the result on its way back
 
 
 class AblationStopped(RuntimeError):
-    """A worker process died mid-unit; the message says how to resume."""
+    """A worker process died mid-unit, or units failed; the message says which and how to resume."""
+
+
+def _failure(error: BaseException) -> str:
+    first_line = (str(error).strip().splitlines() or [""])[0]
+    return f"{type(error).__name__}: {first_line}" if first_line else type(error).__name__
 
 
 def run_ablation(
@@ -235,9 +241,22 @@ def run_ablation(
     check_plan(out, plan)
     todo: list[Unit | None] = [None, *plan.units()]
     report = on_done or (lambda name, did: None)
+    failed: dict[str, str] = {}  # a unit that fails is reported at once; the others go on
+
+    def fail(name: str, error: Exception) -> None:
+        failed[name] = _failure(error)
+        report(name, f"failed ({failed[name]})")
+
     if jobs == 1:
         for unit in todo:
-            report(unit.name if unit else "base", run_unit(out, plan, unit, None, extra))
+            name = unit.name if unit else "base"
+            try:
+                did = run_unit(out, plan, unit, None, extra)
+            except Exception as err:  # not a Ctrl-C (KeyboardInterrupt): that stops the ablation
+                logging.getLogger(__name__).exception("%s failed", name)
+                fail(name, err)
+                continue
+            report(name, did)
     else:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -253,15 +272,22 @@ def run_ablation(
                 # thread's signal mask: each starts with SIGINT blocked and unblocks it once it ignores it
                 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
                 try:
-                    futures = [
+                    futures = {
                         pool.submit(_unit_job, str(out), plan.to_dict(), (u.variant, u.seed) if u else None, threads,
-                                    list(extra))
+                                    list(extra)): u.name if u else "base"
                         for u in todo
-                    ]
+                    }
                 finally:
                     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a Ctrl-C held back lands here
                 for future in as_completed(futures):
-                    report(*future.result())
+                    try:
+                        did = future.result()[1]
+                    except BrokenProcessPool:
+                        raise
+                    except Exception as err:  # raised in the unit (its traceback is in the unit's log)
+                        fail(futures[future], err)
+                        continue
+                    report(futures[future], did)
             except KeyboardInterrupt:  # here or in a worker: stop the others at a checkpoint, start nothing new
                 _stop_workers(pool, stopped)
                 raise
@@ -270,7 +296,13 @@ def run_ablation(
                 raise AblationStopped(f"a worker process of the ablation died (killed, or out of memory?); the "
                                       f"finished runs and the checkpoints are kept: continue with "
                                       f"mapo ablate --resume {out}") from None
-    return write_outputs(out, plan)
+    md = write_outputs(out, plan)
+    if failed:
+        where = "above" if jobs == 1 else f"in {out / 'logs'}/<unit>.log"
+        raise AblationStopped(f"{len(failed)} of {len(todo)} units failed ({'; '.join(f'{n}: {e}' for n, e in failed.items())}); "
+                              f"their tracebacks are {where}, the others' tables in {md}; once mended, continue "
+                              f"with mapo ablate --resume {out}")
+    return md
 
 
 def _stop_workers(pool: Any, stopped: Any) -> None:

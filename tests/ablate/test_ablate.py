@@ -36,6 +36,7 @@ from mapo.ablate import (
 )
 from mapo.ablate.curves import curves
 from mapo.ablate.report import write_outputs
+from mapo.ablate.runner import AblationStopped
 from mapo.ablate.state import curve_dir, last_logged_step
 from mapo.ablate.stats import GAME_METRICS, HACKING_METRICS, steps_to_half, steps_to_reach
 from mapo.ablate.tables import dialogue_table
@@ -383,6 +384,36 @@ def test_a_tiny_ablation_runs_skips_finished_units_and_resumes_a_cut_run(tmp_pat
     assert done == [("base", "skipped"), ("mapo-idr-s0", "resumed+evaluated")]
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2]
+
+
+@pytest.mark.parametrize("jobs", [1, pytest.param(2, marks=pytest.mark.slow)])  # 2: worker processes, a minute
+def test_a_failing_unit_is_reported_at_once_and_the_others_still_run(tmp_path, jobs):
+    """One unit's run folder is corrupt (a real failure, no mock): the ablation says so when it happens,
+    runs the other units, writes their tables, and ends with an error naming the unit and how to
+    resume (it used to stop a serial ablation at once, and a parallel one only after every unit)."""
+    plan = AblationPlan(
+        variants=["mapo-idr"],
+        seeds=[0, 1],
+        steps=1,
+        train=["rollout.scenarios_per_step=1", "rollout.samples_per_scenario=2", "rollout.max_turns=2",
+               "rollout.max_new_tokens=4", "transcripts_every=0"],
+        eval=EvalBudget(limit=1, max_turns=2, max_new_tokens=4),
+    )
+    broken = run_dir(tmp_path, Unit("mapo-idr", 0))
+    broken.mkdir(parents=True)
+    (broken / "config.yaml").write_text("steps: [1\n")  # a run cut while its config was written, say
+    done: list[tuple[str, str]] = []
+    with pytest.raises(AblationStopped) as raised:
+        run_ablation(plan, tmp_path, jobs=jobs, extra=TINY, on_done=lambda *a: done.append(a))
+    outcome = dict(done)
+    assert outcome["mapo-idr-s0"].startswith("failed (") and "config.yaml" in outcome["mapo-idr-s0"]
+    assert outcome["base"] == "evaluated" and outcome["mapo-idr-s1"] == "trained+evaluated"
+    message = str(raised.value)
+    assert message.startswith("1 of 3 units failed (mapo-idr-s0: ") and message.endswith(f"mapo ablate --resume {tmp_path}")
+    data = json.loads((tmp_path / "ablation.json").read_text())
+    assert [r["variant"] for r in data["rows"]] == ["base", "mapo-idr"] and "mapo-idr-s0" in data["missing"]
+    if jobs > 1:
+        assert "Traceback" in (tmp_path / "logs" / "mapo-idr-s0.log").read_text()
 
 
 @pytest.mark.slow  # half a minute: a tiny ablation with its curve (CI runs the slow tests)
