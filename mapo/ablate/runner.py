@@ -173,8 +173,9 @@ def _start_worker(stopped: Any) -> None:
 
 
 def _unit_job(out: str, plan: dict[str, Any], unit: tuple[str, int] | None, threads: int,
-              extra: list[str]) -> tuple[str, str]:
-    """Process-pool entry point (picklable arguments only); output goes to the unit's log file."""
+              extra: list[str]) -> str:
+    """Process-pool entry point (picklable arguments only): what `run_unit` did; output goes to the
+    unit's log file."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     # the pool ends its other workers with SIGTERM when one dies: stop at a checkpoint, as Ctrl-C does
     signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
@@ -195,7 +196,7 @@ def _unit_job(out: str, plan: dict[str, Any], unit: tuple[str, int] | None, thre
             except Exception:  # the traceback goes to the unit's log; the parent reports the error itself
                 logging.getLogger(__name__).exception("%s failed", name)
                 raise
-        return name, did
+        return did
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a late Ctrl-C must not cut the result on its way back
 
@@ -239,7 +240,7 @@ def run_ablation(
             except BenchmarkDataError as err:
                 raise BenchmarkDataError(f"{err} (the plan's benchmarks.data: set it with --bench-data FOLDER)") from None
     check_plan(out, plan)
-    todo: list[Unit | None] = [None, *plan.units()]
+    todo: list[tuple[str, Unit | None]] = [("base", None), *((u.name, u) for u in plan.units())]
     report = on_done or (lambda name, did: None)
     failed: dict[str, str] = {}  # a unit that fails is reported at once; the others go on
 
@@ -248,8 +249,7 @@ def run_ablation(
         report(name, f"failed ({failed[name]})")
 
     if jobs == 1:
-        for unit in todo:
-            name = unit.name if unit else "base"
+        for name, unit in todo:
             try:
                 did = run_unit(out, plan, unit, None, extra)
             except Exception as err:  # not a Ctrl-C (KeyboardInterrupt): that stops the ablation
@@ -273,15 +273,15 @@ def run_ablation(
                 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
                 try:
                     futures = {
-                        pool.submit(_unit_job, str(out), plan.to_dict(), (u.variant, u.seed) if u else None, threads,
-                                    list(extra)): u.name if u else "base"
-                        for u in todo
+                        pool.submit(_unit_job, str(out), plan.to_dict(), (unit.variant, unit.seed) if unit else None,
+                                    threads, list(extra)): name
+                        for name, unit in todo
                     }
                 finally:
                     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a Ctrl-C held back lands here
                 for future in as_completed(futures):
                     try:
-                        did = future.result()[1]
+                        did = future.result()
                     except BrokenProcessPool:
                         raise
                     except Exception as err:  # raised in the unit (its traceback is in the unit's log)
