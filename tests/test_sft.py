@@ -216,6 +216,11 @@ def test_the_lora_output_is_a_plain_model_holding_the_trained_weights_for_mapo_t
     assert training_sequence(merged, read_dialogues(DATA)[0], 2048).sequence.input_ids == ids
     assert torch.allclose(_logits(merged, ids), _logits(trained, ids), atol=1e-4)
     assert not torch.allclose(_logits(load_policy(config.policy, seed=config.seed), ids), _logits(trained, ids), atol=1e-3)
+    # adapter/ is the same model as a LoRA adapter naming its base by policy.model, itself a policy.model
+    adapter = sft / "adapter"
+    assert json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"] == "tiny"
+    rebuilt = load_policy(PolicySpec(model=str(adapter), lora=LoraSpec(enabled=False)), seed=config.seed)
+    assert torch.allclose(_logits(rebuilt, ids), _logits(merged, ids), atol=1e-5)
 
     rl = ["--set", f"policy.model={final}", "--set", "env.name=toy-test", "--set", "steps=1", "--set", "threads=1",
           "--set", "rollout.engine=hf", "--set", "rollout.max_turns=2", "--set", "rollout.max_new_tokens=6",
@@ -223,7 +228,7 @@ def test_the_lora_output_is_a_plain_model_holding_the_trained_weights_for_mapo_t
     result = runner.invoke(app, ["train", "--output", str(tmp_path / "rl"), *rl])
     assert result.exit_code == 0, result.output
     assert [m["step"] for m in RunFolder(tmp_path / "rl").read_metrics()] == [1]
-    for model in (final, sft):  # the model folder, or the SFT run folder that holds it
+    for model in (final, sft, adapter):  # the model folder, the SFT run folder that holds it, or its adapter
         out = tmp_path / f"eval-{model.name}"
         result = runner.invoke(app, ["eval", "--model", str(model), "--env", "toy-test", "--limit", "1", "--max-turns", "1",
                                      "--max-new-tokens", "4", "--engine", "hf", "--output", str(out)])
@@ -318,3 +323,22 @@ def test_a_step_whose_loss_is_not_finite_is_skipped_and_leaves_the_weights_alone
     assert metrics["skipped_updates"] == 1.0 and not math.isfinite(metrics["loss"])
     assert all(torch.equal(a, b) for a, b in zip(before, trainer.policy.trainable_parameters()))
     assert trainer.train_step(2)["skipped_updates"] == 0.0
+
+
+def test_an_adapter_folder_names_a_base_that_loads_or_the_error_says_which(tmp_path):
+    from mapo.model_source import ModelSourceError, resolve_source
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA"}))
+    with pytest.raises(ModelSourceError, match="names no base model"):
+        resolve_source(PolicySpec(model=str(adapter)))
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(tmp_path / "gone")}))
+    with pytest.raises(ModelSourceError, match=r"names the base .*gone.*does not exist"):
+        resolve_source(PolicySpec(model=str(adapter)))
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(adapter)}))
+    with pytest.raises(ModelSourceError, match="another adapter"):
+        resolve_source(PolicySpec(model=str(adapter)))
+    (adapter / "adapter_config.json").write_text("{not json")
+    with pytest.raises(ModelSourceError, match="not a readable adapter config"):
+        resolve_source(PolicySpec(model=str(adapter)))

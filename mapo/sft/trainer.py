@@ -4,7 +4,9 @@ The run folder is `mapo train`'s (mapo.run_folder): config.yaml, metrics.jsonl (
 holds the base model's held-out loss), checkpoints that a killed run resumes from,
 report.html and the trackers of `report_to`; plus `sft.json` (what was trained on) and
 `final/`, a plain Hugging Face model folder (LoRA merged into the base, no GGUF
-quantisation flag) that `mapo train` and `mapo eval` take as `policy.model` / `--model`.
+quantisation flag) that `mapo train` and `mapo eval` take as `policy.model` / `--model`, and
+with LoRA `adapter/`, the same model as a few MB of adapter on the base (also a `policy.model`:
+the warm start to commit, since SFT on a CPU is not bit-for-bit the same on another machine).
 
 Batches are drawn from a permutation seeded by (seed, epoch) and every step reseeds
 torch from (seed, step), so a resumed run continues exactly as the uninterrupted one.
@@ -21,7 +23,7 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +40,7 @@ from mapo.run_folder import RunFolder, new_run_dir, open_for_resume, restore_lat
 from mapo.runtime import configure_threads, read_trainer_state, seed_everything, step_seed, write_trainer_state
 from mapo.sft.data import train_and_held_out
 from mapo.sft.loss import held_out_loss, summed_nll
-from mapo.sft.spec import FINAL, SFT_MARKER
+from mapo.sft.spec import ADAPTER_DIR, FINAL, SFT_MARKER
 from mapo.sft.tokens import training_sequence
 from mapo.tracking import Tracking, check_installed
 from mapo.update import make_optimizer, micro_batches, step_if_finite
@@ -61,20 +63,29 @@ def lr_factor(step: int, total: int, warmup: int, schedule: str) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * done))
 
 
+def _write_folder(folder: Path, write: Callable[[Path], None]) -> Path:
+    """`write` into a temporary sibling of `folder`, then put it in `folder`'s place."""
+    tmp = folder.with_name(f".tmp-{folder.name}-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    write(tmp)
+    if folder.exists():
+        shutil.rmtree(folder)
+    os.replace(tmp, folder)
+    return folder
+
+
 def export_model(policy: Policy, folder: Path) -> Path:
     """Write the trained policy as a plain HF model folder (LoRA merged in), atomically; the policy
     is not trainable afterwards (its adapters are merged)."""
     model = policy.model.merge_and_unload() if policy.lora else policy.model
     drop_quantisation_flag(model)
-    tmp = folder.with_name(f".tmp-{folder.name}-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    model.save_pretrained(str(tmp))
-    policy.tokenizer.save_pretrained(str(tmp))  # with the chat template the ids were rendered by
-    if folder.exists():
-        shutil.rmtree(folder)
-    os.replace(tmp, folder)
-    return folder
+
+    def write(tmp: Path) -> None:
+        model.save_pretrained(str(tmp))
+        policy.tokenizer.save_pretrained(str(tmp))  # with the chat template the ids were rendered by
+
+    return _write_folder(folder, write)
 
 
 class SftTrainer:
@@ -233,6 +244,8 @@ class SftTrainer:
                     self.save_checkpoint(run)
                 held = f"{metrics['eval_loss']:.3f}" if "eval_loss" in metrics else None
                 advance(1, loss=f"{metrics['loss']:.3f}", **({"held": held} if held else {}))
+            if self.policy.lora:  # before the merge below: the adapter alone, to commit or share
+                _write_folder(run.path / ADAPTER_DIR, self.policy.save_pretrained)
             final = export_model(self.policy, run.path / FINAL)
             from mapo.evaluate.report import write_report
 
