@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 
 from mapo.ablate.plan import AblationPlan
-from mapo.ablate.state import eval_dir, read_eval, read_plan, run_dir, training_state
+from mapo.ablate.state import eval_dir, read_eval, read_plan, run_dir, training_state, unchecked_steps
 
 EXPORT_MARK = "exported.json"  # at the export's root: where each share came from
 WEIGHTS_LEFT_OUT = "WEIGHTS_LEFT_OUT"
@@ -53,7 +53,7 @@ def merged_plan(saved: AblationPlan, share: AblationPlan) -> AblationPlan:
 def export_ablation(source: Path, target: Path) -> tuple[AblationPlan, list[str], list[str]]:
     """Copy `source`'s finished units (and its base evaluation, when `target` has none) into
     `target`, merging the plans. Returns the merged plan, the units copied and the units left out
-    (not finished: still training or not evaluated)."""
+    (not finished: still training, not evaluated, or with held-out checks to come)."""
     if source.resolve() == target.resolve():
         raise ValueError(f"--export {target}: give a folder other than the ablation itself")
     share = plan = read_plan(source)
@@ -65,7 +65,8 @@ def export_ablation(source: Path, target: Path) -> tuple[AblationPlan, list[str]
     target.mkdir(parents=True, exist_ok=True)
     for unit in share.units():
         run = run_dir(source, unit)
-        if training_state(run, plan.steps) != "done" or read_eval(eval_dir(source, unit.name)) is None:
+        if (training_state(run, plan.steps) != "done" or read_eval(eval_dir(source, unit.name)) is None
+                or unchecked_steps(source, share, unit)):
             left.append(unit.name)
             continue
         dest = run_dir(target, unit)

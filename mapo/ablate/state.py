@@ -49,6 +49,16 @@ def training_state(path: Path, steps: int) -> str:
     return "partial"
 
 
+def unchecked_steps(out: Path, plan: AblationPlan, unit: Unit) -> list[int]:
+    """The held-out curve's steps whose checkpoint the unit's run kept but no check has evaluated
+    yet: the runner checks them after the final evaluation, so a unit can be evaluated, not done."""
+    from mapo.run_folder import RunFolder
+
+    run = RunFolder(run_dir(out, unit))
+    return [s for s in plan.curve.steps(plan.steps)
+            if run.checkpoint_dir(s).is_dir() and read_eval(curve_dir(out, unit.name, s)) is None]
+
+
 def bench_dir(out: Path, name: str, benchmark: str) -> Path:
     return eval_dir(out, name) / "bench" / benchmark
 

@@ -535,6 +535,20 @@ def test_shares_of_a_study_export_without_weights_into_one_folder_that_reports_l
     assert result.exit_code == 2 and "--resume" in result.output
 
 
+def test_a_unit_evaluated_but_with_held_out_checks_to_come_is_not_exported_yet(tmp_path):
+    plan = write_game_ablation(tmp_path / "study", GAME_FINALS)
+    check_plan(tmp_path / "study", dataclasses.replace(plan, curve=CurveBudget(every=2, samples=1)))
+    (tmp_path / "study" / "runs" / "mapo-idr-s0" / "checkpoints" / "step-000002").mkdir(parents=True)  # kept for the check
+    export = tmp_path / "export"
+    result = CliRunner().invoke(app, ["ablate", "--resume", str(tmp_path / "study"), "--export", str(export)])
+    assert result.exit_code == 0 and "Exported 3 runs" in result.output and "left out: mapo-idr-s0" in result.output
+    check = curve_dir(tmp_path / "study", "mapo-idr-s0", 2)
+    shutil.copytree(tmp_path / "study" / "evals" / "mapo-idr-s0", check)  # the runner's check, done
+    result = CliRunner().invoke(app, ["ablate", "--resume", str(tmp_path / "study"), "--export", str(export)])
+    assert result.exit_code == 0 and "Exported 4 runs" in result.output, result.output
+    assert (curve_dir(export, "mapo-idr-s0", 2) / "eval.json").is_file()
+
+
 def _live_processes() -> dict[int, list[str]]:
     """The stat fields after the command name of every live process (Linux /proc), by pid."""
     found = {}
