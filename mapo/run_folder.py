@@ -37,6 +37,30 @@ def checkpoint_step(folder: Path) -> int:
     return int(match.group(1))
 
 
+def remove_folder(folder: Path) -> None:
+    """Rename `folder` to a `.tmp-` name first, then delete it: a kill during the delete leaves a
+    temporary folder (a resume discards those), never `folder` with files missing."""
+    doomed = folder.with_name(f".tmp-{folder.name}-removing-{os.getpid()}")
+    if doomed.exists():
+        shutil.rmtree(doomed)
+    os.replace(folder, doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def write_folder(folder: Path, write: Callable[[Path], None]) -> Path:
+    """`write(tmp)` into a `.tmp-` sibling of `folder`, then put it in `folder`'s place (an old one
+    removed by `remove_folder`): at no point is there a `folder` holding part of its files."""
+    tmp = folder.with_name(f".tmp-{folder.name}-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    write(tmp)
+    if folder.exists():
+        remove_folder(folder)
+    os.replace(tmp, folder)
+    return folder
+
+
 def new_run_dir(root: str | Path, name: str) -> Path:
     """`root/<name>-YYYYmmdd-HHMMSS` (with a suffix if that exists already), created."""
     base = Path(root) / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -101,28 +125,14 @@ class RunFolder:
     def save_checkpoint(self, step: int, write: Callable[[Path], None], keep: int, keep_every: int = 0) -> Path:
         """Write via `write(tmp_folder)`, rename into place, keep the newest `keep` and every one whose
         step is a multiple of `keep_every` (> 0)."""
-        target = self.checkpoint_dir(step)
-        tmp = self.checkpoints / f".tmp-{target.name}-{os.getpid()}"
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir(parents=True)
-        write(tmp)
-        if target.exists():
-            self._remove_checkpoint(target)
-        os.replace(tmp, target)
+        target = write_folder(self.checkpoint_dir(step), write)
         for old in self.list_checkpoints()[:-keep]:
             if not (keep_every and checkpoint_step(old) % keep_every == 0):
                 self._remove_checkpoint(old)
         return target
 
     def _remove_checkpoint(self, checkpoint: Path) -> None:
-        """Rename out of the checkpoint namespace first, then delete: a kill during the delete leaves
-        a temporary folder (discarded on resume), never a listed checkpoint with files missing."""
-        doomed = self.checkpoints / f".tmp-{checkpoint.name}-removing-{os.getpid()}"
-        if doomed.exists():
-            shutil.rmtree(doomed)
-        os.replace(checkpoint, doomed)
-        shutil.rmtree(doomed, ignore_errors=True)
+        remove_folder(checkpoint)
 
     def discard_partial_checkpoints(self) -> None:
         """Remove the temporary folders of checkpoint writes that a kill cut short."""

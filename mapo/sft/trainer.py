@@ -18,12 +18,10 @@ import contextlib
 import json
 import logging
 import math
-import os
-import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +34,7 @@ from mapo.model_source import resolve_source
 from mapo.policy import Policy, load_policy
 from mapo.progress import progress_bar
 from mapo.reliability import TrainingInterrupted
-from mapo.run_folder import RunFolder, new_run_dir, open_for_resume, restore_latest
+from mapo.run_folder import RunFolder, new_run_dir, open_for_resume, restore_latest, write_folder
 from mapo.runtime import configure_threads, read_trainer_state, seed_everything, step_seed, write_trainer_state
 from mapo.sft.data import train_and_held_out
 from mapo.sft.loss import held_out_loss, summed_nll
@@ -63,18 +61,6 @@ def lr_factor(step: int, total: int, warmup: int, schedule: str) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * done))
 
 
-def _write_folder(folder: Path, write: Callable[[Path], None]) -> Path:
-    """`write` into a temporary sibling of `folder`, then put it in `folder`'s place."""
-    tmp = folder.with_name(f".tmp-{folder.name}-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    write(tmp)
-    if folder.exists():
-        shutil.rmtree(folder)
-    os.replace(tmp, folder)
-    return folder
-
-
 def export_model(policy: Policy, folder: Path) -> Path:
     """Write the trained policy as a plain HF model folder (LoRA merged in), atomically; the policy
     is not trainable afterwards (its adapters are merged)."""
@@ -85,7 +71,7 @@ def export_model(policy: Policy, folder: Path) -> Path:
         model.save_pretrained(str(tmp))
         policy.tokenizer.save_pretrained(str(tmp))  # with the chat template the ids were rendered by
 
-    return _write_folder(folder, write)
+    return write_folder(folder, write)
 
 
 class SftTrainer:
@@ -245,7 +231,7 @@ class SftTrainer:
                 held = f"{metrics['eval_loss']:.3f}" if "eval_loss" in metrics else None
                 advance(1, loss=f"{metrics['loss']:.3f}", **({"held": held} if held else {}))
             if self.policy.lora:  # before the merge below: the adapter alone, to commit or share
-                _write_folder(run.path / ADAPTER_DIR, self.policy.save_pretrained)
+                write_folder(run.path / ADAPTER_DIR, self.policy.save_pretrained)
             final = export_model(self.policy, run.path / FINAL)
             from mapo.evaluate.report import write_report
 
