@@ -9,6 +9,9 @@ provenance, each evaluation folder (the held-out evaluation with its transcripts
 checks, benchmarks), with every transcripts.jsonl gzip-compressed (under a tenth of the size; the
 report and `mapo compare` read either). Left out: checkpoints, final weights, logs, the
 transcripts' HTML viewers.
+A share that started from another policy than the export's base (its base evaluation differs) brings
+that evaluation as `evals/base-s<seed>` for each of its seeds: the report pairs every seed with its
+own start.
 A run's final/ holds only `WEIGHTS_LEFT_OUT`, so the report counts the run as finished; training
 refuses an export (there is nothing to resume from).
 """
@@ -20,8 +23,9 @@ import json
 import shutil
 from pathlib import Path
 
-from mapo.ablate.plan import AblationPlan
-from mapo.ablate.state import eval_dir, read_eval, read_plan, run_dir, training_state, unchecked_steps
+from mapo.ablate.plan import AblationPlan, Unit
+from mapo.ablate.state import (eval_dir, read_eval, read_plan, run_dir, seed_base_name, training_state,
+                               unchecked_steps)
 
 EXPORT_MARK = "exported.json"  # at the export's root: where each share came from
 WEIGHTS_LEFT_OUT = "WEIGHTS_LEFT_OUT"
@@ -51,8 +55,8 @@ def merged_plan(saved: AblationPlan, share: AblationPlan) -> AblationPlan:
 
 
 def export_ablation(source: Path, target: Path) -> tuple[AblationPlan, list[str], list[str]]:
-    """Copy `source`'s finished units (and its base evaluation, when `target` has none) into
-    `target`, merging the plans. Returns the merged plan, the units copied and the units left out
+    """Copy `source`'s finished units and its base evaluation (`_place_bases`) into `target`,
+    merging the plans. Returns the merged plan, the units copied and the units left out
     (not finished: still training, not evaluated, or with held-out checks to come)."""
     if source.resolve() == target.resolve():
         raise ValueError(f"--export {target}: give a folder other than the ablation itself")
@@ -61,14 +65,17 @@ def export_ablation(source: Path, target: Path) -> tuple[AblationPlan, list[str]
         if not is_export(target):
             raise ValueError(f"{target} is an ablation, not an export: choose a new or an exported folder")
         plan = merged_plan(read_plan(target), plan)
-    copied, left = [], []
-    target.mkdir(parents=True, exist_ok=True)
+    ready, left = [], []
     for unit in share.units():
-        run = run_dir(source, unit)
-        if (training_state(run, plan.steps) != "done" or read_eval(eval_dir(source, unit.name)) is None
+        if (training_state(run_dir(source, unit), plan.steps) != "done" or read_eval(eval_dir(source, unit.name)) is None
                 or unchecked_steps(source, share, unit)):
             left.append(unit.name)
-            continue
+        else:
+            ready.append(unit)
+    target.mkdir(parents=True, exist_ok=True)
+    _place_bases(source, target, plan, ready)
+    for unit in ready:
+        run = run_dir(source, unit)
         dest = run_dir(target, unit)
         shutil.rmtree(dest, ignore_errors=True)
         (dest / "final").mkdir(parents=True)
@@ -78,9 +85,7 @@ def export_ablation(source: Path, target: Path) -> tuple[AblationPlan, list[str]
         _compress(dest / TRANSCRIPTS)
         (dest / "final" / WEIGHTS_LEFT_OUT).write_text(f"exported from {run.resolve()}\n", encoding="utf-8")
         _copy_eval(source, target, unit.name)
-        copied.append(unit.name)
-    if read_eval(eval_dir(target, "base")) is None and read_eval(eval_dir(source, "base")) is not None:
-        _copy_eval(source, target, "base")
+    copied = [u.name for u in ready]
     marks = json.loads((target / EXPORT_MARK).read_text(encoding="utf-8")) if is_export(target) else {"shares": []}
     marks["shares"].append({"source": str(source.resolve()), "units": copied})
     (target / EXPORT_MARK).write_text(json.dumps(marks, indent=2) + "\n", encoding="utf-8")
@@ -88,8 +93,35 @@ def export_ablation(source: Path, target: Path) -> tuple[AblationPlan, list[str]
     return plan, copied, left
 
 
-def _copy_eval(source: Path, target: Path, name: str) -> None:
-    dest = eval_dir(target, name)
+def _place_bases(source: Path, target: Path, plan: AblationPlan, ready: list[Unit]) -> None:
+    """Keep the start of every seed `ready` brings: the share's base evaluation becomes the
+    export's base when it has none; a share whose base evaluated otherwise (another warm start, as
+    when a study outlives a machine) keeps it as `base-s<seed>` for each of its seeds, so the report
+    pairs each seed with the policy its runs started from. A seed whose runs in the export started
+    from another policy than this share's is refused: a pair by seed needs one start."""
+    theirs = read_eval(eval_dir(source, "base"))
+    ours = read_eval(eval_dir(target, "base"))
+    if theirs is None or ours is None:
+        if ours is None and theirs is not None:
+            _copy_eval(source, target, "base")
+        return
+    names = {u.name for u in ready}
+    for seed in sorted({u.seed for u in ready}):
+        apart = eval_dir(target, seed_base_name(seed))
+        held = read_eval(apart) or ours
+        staying = [u.name for u in plan.units() if u.seed == seed and u.name not in names and run_dir(target, u).is_dir()]
+        if staying and held["summary"] != theirs["summary"]:
+            raise ValueError(f"seed {seed}: {', '.join(staying)} in {target} started from another policy than "
+                             f"{source}'s runs (their base evaluations differ); a pair by seed needs one start: "
+                             "export this share to another folder")
+        if theirs["summary"] != ours["summary"]:
+            _copy_eval(source, target, "base", seed_base_name(seed))
+        elif apart.is_dir():
+            shutil.rmtree(apart)
+
+
+def _copy_eval(source: Path, target: Path, name: str, as_name: str | None = None) -> None:
+    dest = eval_dir(target, as_name or name)
     shutil.rmtree(dest, ignore_errors=True)
     shutil.copytree(eval_dir(source, name), dest, ignore=shutil.ignore_patterns(*EVAL_VIEWS))
     for transcripts in dest.rglob(TRANSCRIPTS):  # the held-out evaluation's, and the curve checks'

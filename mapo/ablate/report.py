@@ -13,11 +13,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from mapo.ablate.benchmarks import BENCH_METRICS, read_bench_metrics
 from mapo.ablate.curves import curves, plot_curves
 from mapo.ablate.excerpts import EXCERPT_TURNS, excerpt_tables, pick_dialogues, shown_policies
 from mapo.ablate.plan import AblationPlan
-from mapo.ablate.state import curve_dir, eval_dir, read_eval, read_transcripts, run_metrics
+from mapo.ablate.state import curve_dir, eval_dir, read_eval, read_transcripts, run_metrics, seed_base_name
 from mapo.ablate.stats import (
     GAME_METRICS,
     HACKING_METRICS,
@@ -27,12 +29,14 @@ from mapo.ablate.stats import (
     SPEED_METRICS,
     TRAINING_METRICS,
     aggregate_rows,
+    base_name,
     dialogue_metrics,
     eval_metrics,
     half_target,
     heldout_steps_to,
     paired_dialogue_rows,
     paired_rows,
+    seed_starts,
     steps_to_half,
     training_metrics,
 )
@@ -65,7 +69,7 @@ class Measured:
 
 def measure(out: Path, plan: AblationPlan) -> Measured:
     found = Measured({}, {}, {}, {}, {}, {})
-    for name in ["base", *(u.name for u in plan.units())]:
+    for name in ["base", *(seed_base_name(s) for s in plan.seeds), *(u.name for u in plan.units())]:
         result = read_eval(eval_dir(out, name))
         if result is not None:
             found.transcripts[name] = read_transcripts(eval_dir(out, name))
@@ -88,7 +92,7 @@ def measure(out: Path, plan: AblationPlan) -> Measured:
     variant_of = {u.name: u.variant for u in plan.units()}
     for name, steps in steps_to_half(success, finals, plan.steps, variant_of).items():
         found.training[name]["steps_to_half"] = steps
-    start = found.evals.get("base", {}).get("pass_rate")
+    start = _mean_start(found, plan)
     for name, steps in (steps_to_half(success, finals, plan.steps, variant_of, start) if start is not None else {}).items():
         found.training[name]["steps_to_half_gain"] = steps
     if plan.curve.every:
@@ -96,11 +100,17 @@ def measure(out: Path, plan: AblationPlan) -> Measured:
     return found
 
 
+def _mean_start(found: Measured, plan: AblationPlan) -> float | None:
+    """The untrained policy's held-out success (%): the base's, or the mean over seeds of each seed's start."""
+    starts = seed_starts(found.evals, plan)
+    return float(np.mean(list(starts.values()))) if starts else None
+
+
 def _measure_curve(out: Path, plan: AblationPlan, found: Measured) -> None:
     """The held-out curve of every evaluated unit, and for those whose checks up to it are all there
     (not a run trained before the plan had a curve) the first checked step at half the best gain
     (into `found.heldout` and `found.training`)."""
-    start = found.evals.get("base", {}).get("pass_rate")
+    starts = seed_starts(found.evals, plan)
     checks = plan.curve.steps(plan.steps)
     for unit in plan.units():
         points = {step: 100.0 * result["summary"]["pass_rate"] for step in checks
@@ -108,10 +118,11 @@ def _measure_curve(out: Path, plan: AblationPlan, found: Measured) -> None:
         final = found.evals.get(unit.name, {}).get("pass_rate")
         if not points and final is None:
             continue
-        found.heldout[unit.name] = {**({0: start} if start is not None else {}), **points,
+        found.heldout[unit.name] = {**({0: starts[unit.seed]} if unit.seed in starts else {}), **points,
                                     **({plan.steps: final} if final is not None else {})}
     variant_of = {u.name: u.variant for u in plan.units()}
-    target = half_target({n: found.evals.get(n, {}).get("pass_rate") for n in variant_of}, variant_of, start or 0.0)
+    target = half_target({n: found.evals.get(n, {}).get("pass_rate") for n in variant_of}, variant_of,
+                         _mean_start(found, plan) or 0.0)
     if target is None or not checks:  # no check inside the run: nothing to time
         return
     for name, points in found.heldout.items():
@@ -205,11 +216,11 @@ def _curve_table(plan: AblationPlan, measured: Measured) -> Table:
     """Held-out success at every check (the base at step 0, the final evaluation at the last step)."""
     checks = [0, *plan.curve.steps(plan.steps), plan.steps]
     metrics = [(f"step_{s}", f"step {s}") for s in checks]
-    # step 0 is the base's one evaluation: its row alone carries it (no spread over seeds to show)
+    # step 0 is the start's evaluation: the base row alone carries it
     per_unit = {name: {f"step_{s}": v for s, v in points.items() if s > 0} for name, points in measured.heldout.items()}
-    start = measured.evals.get("base", {}).get("pass_rate")
-    if start is not None:
-        per_unit["base"] = {"step_0": start}
+    if "base" in measured.evals:
+        for name in {"base", *(base_name(s, measured.evals) for s in plan.seeds)}:
+            per_unit[name] = {"step_0": measured.evals[name].get("pass_rate")}
     return summary_table(
         "Held-out success (%) at each check: mean ± sample std over seeds", aggregate_rows(per_unit, plan, metrics), metrics,
         f"Every {plan.curve.every} steps a run's checkpoint plays the held-out scenarios with {plan.curve.samples} "

@@ -5,6 +5,8 @@ and the plan.json that makes a rerun resume the same plan.
     <out>/runs/<variant>-s<seed>/     a training run (mapo.trainer), resumable
     <out>/evals/<variant>-s<seed>/    mapo eval of that run's final policy on held-out scenarios
     <out>/evals/base/                 the untrained base policy, same eval
+    <out>/evals/base-s<seed>/         an export's: the start of that seed's runs, where it is not evals/base
+                                      (a share of the study run from another warm start)
     <out>/evals/<unit>/bench/<name>/  the outside benchmark <name> on that policy (mapo bench's results folder)
     <out>/logs/<unit>.log             a unit's output when run in a worker process
 """
@@ -26,6 +28,12 @@ def run_dir(out: Path, unit: Unit) -> Path:
 
 def eval_dir(out: Path, name: str) -> Path:
     return out / "evals" / name
+
+
+def seed_base_name(seed: int) -> str:
+    """The evaluation of the policy `seed`'s runs started from, where an export holds it apart from
+    the base (`mapo.ablate.export`)."""
+    return f"base-s{seed}"
 
 
 def curve_dir(out: Path, name: str, step: int) -> Path:

@@ -13,6 +13,7 @@ import numpy as np
 
 from mapo.ablate.intervals import cluster_bootstrap, t_interval
 from mapo.ablate.plan import AblationPlan, Unit
+from mapo.ablate.state import seed_base_name
 from mapo.evaluate.empa import HACKING_HIGHER_IS_BETTER, HACKING_LABELS, monitor_figures, transcript_hacking_metrics
 
 METRICS = (  # (key, column header): held-out evaluation metrics in the table
@@ -191,8 +192,22 @@ def _compared(plan: AblationPlan, reference: str, present: Iterable[str]) -> lis
     return [v for v in ["base", *plan.variants] if v != reference and (v != "base" or "base" in present)]
 
 
-def _name(variant: str, seed: int) -> str:
-    return "base" if variant == "base" else Unit(variant, seed).name
+def _name(variant: str, seed: int, present: Iterable[str]) -> str:
+    return base_name(seed, present) if variant == "base" else Unit(variant, seed).name
+
+
+def base_name(seed: int, present: Iterable[str]) -> str:
+    """The evaluation `seed`'s runs started from: its own (`base-s<seed>`, an export of shares
+    from several warm starts) where there is one, else the base."""
+    return seed_base_name(seed) if seed_base_name(seed) in present else "base"
+
+
+def seed_starts(per_unit: dict[str, dict[str, float | None]], plan: AblationPlan, key: str = "pass_rate") -> dict[int, float]:
+    """Per seed, `key` of the policy its runs started from (empty when the base was not evaluated)."""
+    if "base" not in per_unit:
+        return {}
+    found = {s: per_unit[base_name(s, per_unit)].get(key) for s in plan.seeds}
+    return {s: float(v) for s, v in found.items() if v is not None}
 
 
 def paired_dialogue_rows(
@@ -202,7 +217,7 @@ def paired_dialogue_rows(
     metrics: Sequence[tuple[str, str]] = DIALOGUE_METRICS,
 ) -> list[dict[str, Any]]:
     """Per variant and metric: the difference to the reference on the same held-out dialogue at the
-    same seed (the one base eval pairs with every seed), pooled over seeds and dialogues: n, mean,
+    same seed (the base: the evaluation of the seed's start, `base_name`), pooled over seeds and dialogues: n, mean,
     the 95 % two-stage cluster bootstrap interval (seeds, then dialogues) and the share worse.
 
     Dialogues of one run share a policy: they are not independent draws, which is why the
@@ -214,7 +229,7 @@ def paired_dialogue_rows(
         for key, _ in metrics:
             clusters: list[list[float]] = []
             for seed in plan.seeds:
-                mine, theirs = per_dialogue.get(_name(variant, seed)), per_dialogue.get(Unit(reference, seed).name)
+                mine, theirs = per_dialogue.get(_name(variant, seed, per_dialogue)), per_dialogue.get(Unit(reference, seed).name)
                 if mine is None or theirs is None:
                     continue
                 clusters.append([mine[d][key] - theirs[d][key] for d in theirs  # type: ignore[operator]
@@ -250,10 +265,16 @@ def aggregate_rows(
     variants: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
     """One row for the base (if present) and one per variant (default: the plan's): each metric's
-    mean/std over the variant's seeds; a metric a unit lacks counts as missing."""
+    mean/std over the variant's seeds; a metric a unit lacks counts as missing. The base row is its
+    one evaluation, or, where seeds started from different policies (`base_name`), the mean over
+    the plan's seeds of each seed's start."""
     rows = []
     if "base" in per_unit:
-        rows.append({"variant": "base", "seeds": [], "metrics": {k: mean_std([per_unit["base"].get(k)]) for k, _ in metrics}})
+        starts = {s: base_name(s, per_unit) for s in plan.seeds}
+        seeds = list(starts) if set(starts.values()) - {"base"} else []
+        names = [starts[s] for s in seeds] or ["base"]
+        rows.append({"variant": "base", "seeds": seeds,
+                     "metrics": {k: mean_std([per_unit[n].get(k) for n in names]) for k, _ in metrics}})
     for variant in plan.variants if variants is None else variants:
         found = [(s, per_unit[Unit(variant, s).name]) for s in plan.seeds if Unit(variant, s).name in per_unit]
         rows.append(
@@ -276,15 +297,15 @@ def paired_rows(
     mean, sample std and the 95 % t interval over seeds (`intervals.t_interval`).
 
     Runs with the same seed share their random streams (scenarios, sampling noise), so the
-    paired difference removes the between-seed spread that dominates a few-seed table. The one
-    base value is paired with every seed's reference.
+    paired difference removes the between-seed spread that dominates a few-seed table. The base
+    pairs each seed's reference with the evaluation of that seed's start (`base_name`).
     """
     rows = []
     for variant in _compared(plan, reference, per_unit):
-        seeds = [s for s in plan.seeds if _name(variant, s) in per_unit and Unit(reference, s).name in per_unit]
+        seeds = [s for s in plan.seeds if _name(variant, s, per_unit) in per_unit and Unit(reference, s).name in per_unit]
         diffs = {}
         for key, _ in metrics:
-            pairs = [(per_unit[_name(variant, s)].get(key), per_unit[Unit(reference, s).name].get(key)) for s in seeds]
+            pairs = [(per_unit[_name(variant, s, per_unit)].get(key), per_unit[Unit(reference, s).name].get(key)) for s in seeds]
             found = t_interval([a - b if a is not None and b is not None else None for a, b in pairs])
             kept = [v for v in found["values"] if v is not None and math.isfinite(v)]
             found["worse"] = _worse_share(np.asarray(kept, dtype=float), key)

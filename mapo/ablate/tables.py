@@ -78,7 +78,7 @@ def to_markdown(rows: Sequence[dict[str, Any]], metrics: Sequence[tuple[str, str
 
 def summary_table(title: str, rows: Sequence[dict[str, Any]], metrics: Sequence[tuple[str, str]], note: str = "") -> Table:
     """Rows of `aggregate_rows`: variant, seeds, mean ± std per metric."""
-    cells = [[r["variant"], "–" if r["variant"] == "base" else str(len(r["seeds"])),
+    cells = [[r["variant"], "–" if r["variant"] == "base" and not r["seeds"] else str(len(r["seeds"])),
               *(format_cell(r["metrics"][k], len(r["seeds"]) or None) for k, _ in metrics)] for r in rows]
     return Table(title, ["variant", "seeds", *(t for _, t in metrics)], cells, note, data=list(rows))
 
@@ -87,8 +87,8 @@ def paired_table(title: str, rows: Sequence[dict[str, Any]], metrics: Sequence[t
                  reference: str = PAIRED_REFERENCE) -> Table:
     """Rows of `paired_rows`: variant, seeds paired, difference [95 % t interval] per metric."""
     cells = [[r["variant"], str(len(r["seeds"])), *(interval_cell(r["metrics"][k]) for k, _ in metrics)] for r in rows]
-    note = (f"Variant minus {reference} at the same seed (the base: its one evaluation minus each seed's "
-            f"{reference}); mean [95 % t interval over seeds]. {CI_NOTE}")
+    note = (f"Variant minus {reference} at the same seed (the base: the evaluation of the policy that seed's runs "
+            f"started from minus its {reference}); mean [95 % t interval over seeds]. {CI_NOTE}")
     return Table(title, ["variant", "seeds", *(f"{t} − {reference}" for _, t in metrics)], cells, note, data=list(rows))
 
 

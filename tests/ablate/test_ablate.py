@@ -37,7 +37,7 @@ from mapo.ablate import (
 from mapo.ablate.curves import curves
 from mapo.ablate.report import write_outputs
 from mapo.ablate.runner import AblationStopped
-from mapo.ablate.state import curve_dir, last_logged_step
+from mapo.ablate.state import curve_dir, last_logged_step, read_eval, read_plan
 from mapo.ablate.stats import GAME_METRICS, HACKING_METRICS, steps_to_half, steps_to_reach
 from mapo.ablate.tables import dialogue_table
 from mapo.cli import app
@@ -533,6 +533,35 @@ def test_shares_of_a_study_export_without_weights_into_one_folder_that_reports_l
     assert result.exit_code == 2 and "steps differ" in result.output
     result = CliRunner().invoke(app, ["ablate", "--export", str(export)])
     assert result.exit_code == 2 and "--resume" in result.output
+
+
+def test_shares_from_different_starts_pair_each_seed_with_its_own_start(tmp_path):
+    export = tmp_path / "export"
+
+    def share(name: str, seed: int, finals: dict[str, float]):
+        plan = write_game_ablation(tmp_path / name, finals)
+        check_plan(tmp_path / name, dataclasses.replace(plan, seeds=[seed]))
+        return CliRunner().invoke(app, ["ablate", "--resume", str(tmp_path / name), "--export", str(export)])
+
+    assert share("a", 0, {"base": 20.0, "mapo-idr-s0": 50.0, "grpo-idr-s0": 20.0}).exit_code == 0
+    # seed 1 ran later from a rebuilt warm start that evaluates at 40 %, not 20 %
+    result = share("b", 1, {"base": 40.0, "mapo-idr-s1": 30.0, "grpo-idr-s1": 10.0})
+    assert result.exit_code == 0, result.output
+    assert (export / "evals" / "base-s1" / "eval.json").is_file() and not (export / "evals" / "base-s0").exists()
+    plan = read_plan(export)
+    tables = json.loads(write_outputs(export, plan).with_suffix(".json").read_text())["tables"]
+    (base,) = [r for r in tables["Paired by seed with mapo-idr: held-out evaluation"] if r["variant"] == "base"]
+    assert base["metrics"]["pass_rate"]["values"] == pytest.approx([20.0 - 50.0, 40.0 - 30.0])  # not 20 - 30 at seed 1
+    row = tables["Held-out evaluation: mean ± sample std over seeds"][0]
+    assert row["variant"] == "base" and row["seeds"] == [0, 1] and row["metrics"]["pass_rate"]["mean"] == pytest.approx(30.0)
+    (base,) = [r for r in tables["Paired by held-out dialogue with mapo-idr: held-out evaluation"] if r["variant"] == "base"]
+    assert base["pass_rate"]["seeds"] == 0  # these fakes have no dialogues; the pairing still finds both starts
+    assert share("b", 1, {}).exit_code == 0  # the same share again: nothing changes
+    assert read_eval(export / "evals" / "base-s1")["summary"]["pass_rate"] == pytest.approx(0.4)
+    # a run of seed 1 from the first start cannot join the seed-1 runs from the rebuilt one
+    result = share("c", 1, {"base": 20.0, "grpo-idr-s1": 15.0})
+    assert result.exit_code == 2 and "seed 1: mapo-idr-s1" in result.output and "another policy" in result.output
+    assert read_eval(export / "evals" / "grpo-idr-s1")["summary"]["pass_rate"] == pytest.approx(0.1)  # nothing copied
 
 
 def test_a_unit_evaluated_but_with_held_out_checks_to_come_is_not_exported_yet(tmp_path):
