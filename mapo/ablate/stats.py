@@ -202,11 +202,16 @@ def base_name(seed: int, present: Iterable[str]) -> str:
     return seed_base_name(seed) if seed_base_name(seed) in present else "base"
 
 
+def _seeds_run(per_unit: Iterable[str], plan: AblationPlan) -> list[int]:
+    """The plan's seeds with a unit in `per_unit` (a seed yet to run has no start to count)."""
+    return [s for s in plan.seeds if any(Unit(v, s).name in per_unit for v in plan.variants)]
+
+
 def seed_starts(per_unit: dict[str, dict[str, float | None]], plan: AblationPlan, key: str = "pass_rate") -> dict[int, float]:
     """Per seed, `key` of the policy its runs started from (empty when the base was not evaluated)."""
     if "base" not in per_unit:
         return {}
-    found = {s: per_unit[base_name(s, per_unit)].get(key) for s in plan.seeds}
+    found = {s: per_unit[base_name(s, per_unit)].get(key) for s in _seeds_run(per_unit, plan)}
     return {s: float(v) for s, v in found.items() if v is not None}
 
 
@@ -267,10 +272,10 @@ def aggregate_rows(
     """One row for the base (if present) and one per variant (default: the plan's): each metric's
     mean/std over the variant's seeds; a metric a unit lacks counts as missing. The base row is its
     one evaluation, or, where seeds started from different policies (`base_name`), the mean over
-    the plan's seeds of each seed's start."""
+    the seeds run of each seed's start."""
     rows = []
     if "base" in per_unit:
-        starts = {s: base_name(s, per_unit) for s in plan.seeds}
+        starts = {s: base_name(s, per_unit) for s in _seeds_run(per_unit, plan)}
         seeds = list(starts) if set(starts.values()) - {"base"} else []
         names = [starts[s] for s in seeds] or ["base"]
         rows.append({"variant": "base", "seeds": seeds,

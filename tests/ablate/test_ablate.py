@@ -35,7 +35,7 @@ from mapo.ablate import (
     unit_overrides,
 )
 from mapo.ablate.curves import curves
-from mapo.ablate.report import write_outputs
+from mapo.ablate.report import measure, write_outputs
 from mapo.ablate.runner import AblationStopped
 from mapo.ablate.state import curve_dir, last_logged_step, read_eval, read_plan
 from mapo.ablate.stats import GAME_METRICS, HACKING_METRICS, steps_to_half, steps_to_reach
@@ -554,6 +554,8 @@ def test_shares_from_different_starts_pair_each_seed_with_its_own_start(tmp_path
     assert base["metrics"]["pass_rate"]["values"] == pytest.approx([20.0 - 50.0, 40.0 - 30.0])  # not 20 - 30 at seed 1
     row = tables["Held-out evaluation: mean ± sample std over seeds"][0]
     assert row["variant"] == "base" and row["seeds"] == [0, 1] and row["metrics"]["pass_rate"]["mean"] == pytest.approx(30.0)
+    grown = dataclasses.replace(plan, seeds=[0, 1, 2])  # a seed with no run yet has no start to count
+    assert aggregate_rows(measure(export, grown).evals, grown)[0]["seeds"] == [0, 1]
     (base,) = [r for r in tables["Paired by held-out dialogue with mapo-idr: held-out evaluation"] if r["variant"] == "base"]
     assert base["pass_rate"]["seeds"] == 0  # these fakes have no dialogues; the pairing still finds both starts
     assert share("b", 1, {}).exit_code == 0  # the same share again: nothing changes
