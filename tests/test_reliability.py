@@ -68,7 +68,9 @@ def judge_server():
 
 
 def _llm_judge(url: str, **backend) -> str:
-    judge = {"kind": "llm", "base_url": url, "model": "offline-judge", "api_key_env": None, "timeout": 1.0,
+    # 2.5 s: an injected hang (3 s) still times out, and a real reply from a loaded 2-core machine
+    # does not (at 1 s, nine genuine timeouts broke the exact retry count under four busy processes)
+    judge = {"kind": "llm", "base_url": url, "model": "offline-judge", "api_key_env": None, "timeout": 2.5,
              "backoff_base": 0.01, "max_retries": 5, **backend}
     return "env.options=" + json.dumps({"roles": {"judge": judge}})
 
