@@ -115,7 +115,8 @@ def _place_bases(source: Path, target: Path, plan: AblationPlan, ready: list[Uni
                              f"{source}'s runs (their base evaluations differ); a pair by seed needs one start: "
                              "export this share to another folder")
         if theirs["summary"] != ours["summary"]:
-            _copy_eval(source, target, "base", seed_base_name(seed))
+            if held is ours or held["summary"] != theirs["summary"]:  # the same evaluation is not rewritten
+                _copy_eval(source, target, "base", seed_base_name(seed))
         elif apart.is_dir():
             shutil.rmtree(apart)
 

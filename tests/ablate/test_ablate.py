@@ -558,7 +558,9 @@ def test_shares_from_different_starts_pair_each_seed_with_its_own_start(tmp_path
     assert aggregate_rows(measure(export, grown).evals, grown)[0]["seeds"] == [0, 1]
     (base,) = [r for r in tables["Paired by held-out dialogue with mapo-idr: held-out evaluation"] if r["variant"] == "base"]
     assert base["pass_rate"]["seeds"] == 0  # these fakes have no dialogues; the pairing still finds both starts
+    kept = (export / "evals" / "base-s1" / "transcripts.jsonl.gz").stat().st_mtime_ns
     assert share("b", 1, {}).exit_code == 0  # the same share again: nothing changes
+    assert (export / "evals" / "base-s1" / "transcripts.jsonl.gz").stat().st_mtime_ns == kept  # not rewritten
     assert read_eval(export / "evals" / "base-s1")["summary"]["pass_rate"] == pytest.approx(0.4)
     # a run of seed 1 from the first start cannot join the seed-1 runs from the rebuilt one
     result = share("c", 1, {"base": 20.0, "grpo-idr-s1": 15.0})
