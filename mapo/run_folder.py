@@ -128,11 +128,8 @@ class RunFolder:
         target = write_folder(self.checkpoint_dir(step), write)
         for old in self.list_checkpoints()[:-keep]:
             if not (keep_every and checkpoint_step(old) % keep_every == 0):
-                self._remove_checkpoint(old)
+                remove_folder(old)
         return target
-
-    def _remove_checkpoint(self, checkpoint: Path) -> None:
-        remove_folder(checkpoint)
 
     def discard_partial_checkpoints(self) -> None:
         """Remove the temporary folders of checkpoint writes that a kill cut short."""

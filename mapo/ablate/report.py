@@ -96,7 +96,7 @@ def measure(out: Path, plan: AblationPlan) -> Measured:
     for name, steps in (steps_to_half(success, finals, plan.steps, variant_of, start) if start is not None else {}).items():
         found.training[name]["steps_to_half_gain"] = steps
     if plan.curve.every:
-        _measure_curve(out, plan, found)
+        _measure_curve(out, plan, found, start)
     return found
 
 
@@ -106,10 +106,10 @@ def _mean_start(found: Measured, plan: AblationPlan) -> float | None:
     return float(np.mean(list(starts.values()))) if starts else None
 
 
-def _measure_curve(out: Path, plan: AblationPlan, found: Measured) -> None:
+def _measure_curve(out: Path, plan: AblationPlan, found: Measured, start: float | None) -> None:
     """The held-out curve of every evaluated unit, and for those whose checks up to it are all there
     (not a run trained before the plan had a curve) the first checked step at half the best gain
-    (into `found.heldout` and `found.training`)."""
+    over `start` (`_mean_start`), into `found.heldout` and `found.training`."""
     starts = seed_starts(found.evals, plan)
     checks = plan.curve.steps(plan.steps)
     for unit in plan.units():
@@ -121,8 +121,7 @@ def _measure_curve(out: Path, plan: AblationPlan, found: Measured) -> None:
         found.heldout[unit.name] = {**({0: starts[unit.seed]} if unit.seed in starts else {}), **points,
                                     **({plan.steps: final} if final is not None else {})}
     variant_of = {u.name: u.variant for u in plan.units()}
-    target = half_target({n: found.evals.get(n, {}).get("pass_rate") for n in variant_of}, variant_of,
-                         _mean_start(found, plan) or 0.0)
+    target = half_target({n: found.evals.get(n, {}).get("pass_rate") for n in variant_of}, variant_of, start or 0.0)
     if target is None or not checks:  # no check inside the run: nothing to time
         return
     for name, points in found.heldout.items():

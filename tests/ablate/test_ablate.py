@@ -557,7 +557,12 @@ def test_shares_from_different_starts_pair_each_seed_with_its_own_start(tmp_path
     grown = dataclasses.replace(plan, seeds=[0, 1, 2])  # a seed with no run yet has no start to count
     assert aggregate_rows(measure(export, grown).evals, grown)[0]["seeds"] == [0, 1]
     (base,) = [r for r in tables["Paired by held-out dialogue with mapo-idr: held-out evaluation"] if r["variant"] == "base"]
-    assert base["pass_rate"]["seeds"] == 0  # these fakes have no dialogues; the pairing still finds both starts
+    assert base["pass_rate"]["seeds"] == 0  # these fakes have no dialogues: the by-dialogue pairing, on its own
+    per_dialogue = {name: {"d": {"pass_rate": rate}} for name, rate in
+                    {"base": 20.0, "base-s1": 40.0, "mapo-idr-s0": 50.0, "mapo-idr-s1": 30.0}.items()}
+    (base,) = [r for r in paired_dialogue_rows(per_dialogue, plan, "mapo-idr", (("pass_rate", "pass rate"),))
+               if r["variant"] == "base"]
+    assert base["pass_rate"]["seeds"] == 2 and base["pass_rate"]["mean"] == pytest.approx((-30.0 + 10.0) / 2)
     kept = (export / "evals" / "base-s1" / "transcripts.jsonl.gz").stat().st_mtime_ns
     assert share("b", 1, {}).exit_code == 0  # the same share again: nothing changes
     assert (export / "evals" / "base-s1" / "transcripts.jsonl.gz").stat().st_mtime_ns == kept  # not rewritten
