@@ -13,8 +13,8 @@ Per step the trainer logs (metrics.jsonl, report.html):
 A step whose ``fallback_fraction`` exceeds ``env.max_fallback_fraction`` stops the run
 (`FallbackBudgetExceeded`) before its update: training on neutral judgements teaches
 nothing. A backend that stays down after its retries stops it too (`TrainingStopped`).
-Both name the step and say how to resume. Ctrl-C saves a checkpoint of the last
-finished step and raises `TrainingInterrupted`.
+Both name the step and say how to resume. Ctrl-C or SIGTERM saves a checkpoint of the
+last finished step and raises `TrainingInterrupted`.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class FallbackBudgetExceeded(TrainingStopped):
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C: a checkpoint of the last finished step was saved."""
+    """Ctrl-C or SIGTERM: a checkpoint of the last finished step was saved."""
 
     def __init__(self, run_dir: Path, step: int) -> None:
         super().__init__(f"interrupted after step {step}; checkpoint saved in {run_dir}")

@@ -264,26 +264,29 @@ class Trainer:
     # ---- the loop
 
     @contextlib.contextmanager
-    def _sigint_handler(self) -> Iterator[None]:
-        """While training: Ctrl-C ends a step still rolling out at its current turn's end, or lets a step
-        that is updating finish. The handler only sets a flag: an exception raised from it lands wherever
-        the main thread is, and inside a thread pool's wait that breaks the pool's lock instead of stopping."""
+    def _stop_signal_handler(self) -> Iterator[None]:
+        """While training: Ctrl-C, or SIGTERM (`kill`, a scheduler's pre-emption), ends a step still
+        rolling out at its current turn's end, or lets a step that is updating finish. The handler only
+        sets a flag: an exception raised from it lands wherever the main thread is, and inside a thread
+        pool's wait that breaks the pool's lock instead of stopping."""
 
-        def on_sigint(signum: int, frame: Any) -> None:
+        def on_stop(signum: int, frame: Any) -> None:
             self._stop_requested = True
+            sender = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
             if self._interruptible:
-                log.warning("Ctrl-C: ending step %d's rollout after this turn, then stopping", self.step + 1)
+                log.warning("%s: ending step %d's rollout after this turn, then stopping", sender, self.step + 1)
             else:
-                log.warning("Ctrl-C: finishing step %d, then saving a checkpoint and stopping", self.step + 1)
+                log.warning("%s: finishing step %d, then saving a checkpoint and stopping", sender, self.step + 1)
 
         if threading.current_thread() is not threading.main_thread():
             yield  # signals reach the main thread only
             return
-        previous = signal.signal(signal.SIGINT, on_sigint)
+        previous = {sig: signal.signal(sig, on_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             yield
         finally:
-            signal.signal(signal.SIGINT, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     def _stop_between_turns(self, *_: int) -> None:
         """The rollout's `on_turn`: after Ctrl-C, abandon the step's rollout here, where no lock is held."""
@@ -316,7 +319,7 @@ class Trainer:
             tracking,
             bar as advance,
             ThreadPoolExecutor(max_workers=cfg.rollout.env_workers) as pool,
-            self._sigint_handler(),
+            self._stop_signal_handler(),
             contextlib.closing(self.engine),
         ):
             self.engine.sync(self.step)  # the weights the run starts (or resumes) from

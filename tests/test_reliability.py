@@ -322,12 +322,14 @@ def test_resume_keeps_the_ema_teacher_of_self_distillation(tmp_path):
     _assert_same_run(resumed.read_metrics(), full.read_metrics())
 
 
-def test_ctrl_c_saves_a_checkpoint_and_exits_cleanly(tmp_path, uninterrupted):
+@pytest.mark.parametrize("sent", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, uninterrupted, sent):
+    """SIGTERM is what `kill` and a scheduler's pre-emption send: it stops at a checkpoint as Ctrl-C does."""
     out = tmp_path / "run"
     proc = _spawn(out)
     try:
         _wait_for(lambda: (out / "metrics.jsonl").exists() and (out / "metrics.jsonl").read_text().count("\n") >= 1, proc)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sent)
         output, _ = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:

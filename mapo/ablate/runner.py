@@ -11,7 +11,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +159,25 @@ def _stop_when_orphaned(grace_s: float = 300.0) -> None:
     threading.Thread(target=watch, name="orphan-watch", daemon=True).start()
 
 
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    """SIGTERM stops as Ctrl-C does: a training run saves a checkpoint (its trainer takes SIGTERM itself
+    while it trains), an ablation stops its workers there."""
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def sigterm_stops_the_ablation() -> Iterator[None]:
+    """For `mapo ablate`'s process: `kill PID` (or a scheduler's pre-emption) stops the ablation as a
+    Ctrl-C does, at checkpoints. An ablation started in the background (`cmd &`) ignores SIGINT, so
+    SIGTERM is how to stop one; left to its default, it would end the parent at once, its workers
+    stopping only once they notice (`_stop_when_orphaned`), and nothing would say how to resume."""
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 _ABLATION_STOPPED: Any = None  # in a worker process: the event its ablation sets when interrupted
 
 
@@ -177,8 +196,7 @@ def _unit_job(out: str, plan: dict[str, Any], unit: tuple[str, int] | None, thre
     """Process-pool entry point (picklable arguments only): what `run_unit` did; output goes to the
     unit's log file."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    # the pool ends its other workers with SIGTERM when one dies: stop at a checkpoint, as Ctrl-C does
-    signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
+    signal.signal(signal.SIGTERM, _raise_interrupt)  # also how the pool ends its other workers when one dies
     try:
         if _ABLATION_STOPPED is not None and _ABLATION_STOPPED.is_set():
             raise KeyboardInterrupt  # queued before the ablation was interrupted: do not start it

@@ -70,7 +70,7 @@ def ablate(
     the plan's held-out evaluation, benchmarks and held-out curve (e.g. --set benchmarks.limit=10,
     --set curve.every=5: every 5 steps a checkpoint is kept and evaluated held-out)."""
     from mapo.ablate import plan_for, read_plan, run_ablation, write_outputs
-    from mapo.ablate.runner import AblationStopped
+    from mapo.ablate.runner import AblationStopped, sigterm_stops_the_ablation
     from mapo.run_folder import new_run_dir
 
     folder: Path | None = None
@@ -104,13 +104,14 @@ def ablate(
         else:
             typer.echo(f"Ablation ({plan.name} plan): {len(plan.units())} runs ({', '.join(plan.variants)} x seeds {plan.seeds}) "
                        f"+ base; {plan.steps} steps each; folder {folder}")
-            md = run_ablation(plan, folder, jobs=jobs, on_done=lambda name, did: typer.echo(f"  {name}: {did}"))
+            with sigterm_stops_the_ablation():
+                md = run_ablation(plan, folder, jobs=jobs, on_done=lambda name, did: typer.echo(f"  {name}: {did}"))
     except (ValueError, FileNotFoundError) as err:
         raise fail(err) from None
     except AblationStopped as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None
-    except KeyboardInterrupt:  # Ctrl-C, here or in a worker: the running units saved checkpoints
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM, here or in a worker: the running units saved checkpoints
         if folder is not None:
             typer.echo(f"Interrupted; finished runs, evaluations and checkpoints are kept. Continue with: "
                        f"mapo ablate --resume {folder}")

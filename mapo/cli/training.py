@@ -35,7 +35,7 @@ def train(
     except TrainingStopped as err:  # the environment's servers kept failing (mapo.reliability)
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None
-    except TrainingInterrupted as err:  # Ctrl-C: a checkpoint was saved
+    except TrainingInterrupted as err:  # Ctrl-C or SIGTERM: a checkpoint was saved
         typer.echo(f"Interrupted after step {err.step}; checkpoint saved. Continue with: mapo train --resume {err.run_dir}")
         raise typer.Exit(130) from None
     from mapo.run_folder import RunFolder

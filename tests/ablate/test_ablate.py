@@ -671,11 +671,11 @@ def test_a_killed_ablation_stops_its_worker_processes_at_a_checkpoint(tmp_path):
 
 @pytest.mark.slow  # about a minute, as above
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
-@pytest.mark.parametrize("whole_group", [True, False], ids=["terminal-ctrl-c", "kill-int-of-the-parent"])
-def test_ctrl_c_of_a_parallel_ablation_stops_every_run_at_a_checkpoint_and_says_how_to_resume(tmp_path, whole_group):
-    """Ctrl-C reaches `mapo ablate --jobs 2` and its workers (`kill -INT` only the parent): the runs
-    checkpoint, the units not started never start, and the command ends with one line saying how to
-    go on, not a traceback (a worker's TrainingInterrupted once failed to unpickle: BrokenProcessPool)."""
+@pytest.mark.parametrize("sent", ["terminal-ctrl-c", "kill-int-of-the-parent", "kill-term-of-the-parent"])
+def test_ctrl_c_of_a_parallel_ablation_stops_every_run_at_a_checkpoint_and_says_how_to_resume(tmp_path, sent):
+    """Ctrl-C reaches `mapo ablate --jobs 2` and its workers (`kill -INT` or `kill` only the parent):
+    the runs checkpoint, the units not started never start, and the command ends with one line saying
+    how to go on, not a traceback (a worker's TrainingInterrupted once failed to unpickle: BrokenProcessPool)."""
     import signal
     import subprocess
     import time
@@ -684,10 +684,10 @@ def test_ctrl_c_of_a_parallel_ablation_stops_every_run_at_a_checkpoint_and_says_
     proc, metrics = _start_training_ablation(out, seeds=4, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                              text=True, start_new_session=True)
     try:
-        if whole_group:
+        if sent == "terminal-ctrl-c":
             os.killpg(proc.pid, signal.SIGINT)
         else:
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(signal.SIGINT if sent == "kill-int-of-the-parent" else signal.SIGTERM)
         output, _ = proc.communicate(timeout=180)
     finally:
         if proc.poll() is None:
