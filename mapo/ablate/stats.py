@@ -102,12 +102,18 @@ def eval_metrics(result: dict[str, Any], transcripts: Iterable[dict[str, Any]] =
     }
 
 
+def reaches(value: float, target: float) -> bool:
+    """value >= target, counting a float a rounding away as there: 23 of 40 games is 100 * 0.575 =
+    57.49999999999999 %, which must reach a target of 57.5 %."""
+    return value >= target or math.isclose(value, target, rel_tol=1e-9, abs_tol=1e-12)
+
+
 def steps_to_reach(series: Sequence[float], target: float, window: int = 3) -> int | None:
     """The first step (1-based, at least `window`) at which the mean of `series` over the last
     `window` steps reaches `target`; None if it never does. A trailing mean, so one lucky step of
     a noisy on-policy success rate does not count as reaching it."""
     for step in range(window, len(series) + 1):
-        if float(np.mean(series[step - window:step])) >= target:
+        if reaches(float(np.mean(series[step - window:step])), target):
             return step
     return None
 
@@ -146,7 +152,7 @@ def heldout_steps_to(points: dict[int, float], target: float, steps: int, checks
     for step in sorted({*checks, *(s for s in points if s > 0)}):
         if step not in points:
             return None
-        if points[step] >= target:
+        if reaches(points[step], target):
             return float(step)
     return float(steps + 1)
 

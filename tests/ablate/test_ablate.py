@@ -750,3 +750,12 @@ def test_a_worker_s_training_interrupted_crosses_the_process_boundary():
     again = pickle.loads(pickle.dumps(TrainingInterrupted(Path("runs/r"), 7)))
     assert isinstance(again, TrainingInterrupted) and (again.run_dir, again.step) == (Path("runs/r"), 7)
     assert "after step 7" in str(again)
+
+
+def test_a_success_rate_a_rounding_below_the_target_reaches_it():
+    from mapo.ablate.stats import heldout_steps_to
+
+    check = 100.0 * (23 / 40)  # 57.49999999999999: 23 of 40 held-out games
+    assert heldout_steps_to({0: 50.0, 5: check, 10: 60.0}, 57.5, 10, [5]) == 5.0
+    assert heldout_steps_to({0: 50.0, 5: 57.4, 10: 60.0}, 57.5, 10, [5]) == 10.0
+    assert steps_to_reach([0.575, 0.575, 0.575], 0.575) == 3
