@@ -39,15 +39,24 @@ class FallbackBudgetExceeded(TrainingStopped):
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C or SIGTERM: a checkpoint of the last finished step was saved."""
+    """Ctrl-C or SIGTERM: a checkpoint of the last finished step was saved. `finished`: the stop came
+    during the last step, so the run is complete (final/ written); raised all the same, so that what
+    the caller would do next (an ablation's evaluation) does not start."""
 
-    def __init__(self, run_dir: Path, step: int) -> None:
-        super().__init__(f"interrupted after step {step}; checkpoint saved in {run_dir}")
-        self.run_dir, self.step = run_dir, step
+    def __init__(self, run_dir: Path, step: int, finished: bool = False) -> None:
+        what = "the run is complete" if finished else "checkpoint saved"
+        super().__init__(f"interrupted after step {step}; {what} in {run_dir}")
+        self.run_dir, self.step, self.finished = run_dir, step, finished
 
-    def __reduce__(self) -> tuple[type, tuple[Path, int]]:
+    def __reduce__(self) -> tuple[type, tuple[Path, int, bool]]:
         # a `mapo ablate --jobs N` worker returns it to the parent through pickle
-        return type(self), (self.run_dir, self.step)
+        return type(self), (self.run_dir, self.step, self.finished)
+
+    def resume_hint(self, command: str) -> str:
+        """What `mapo train` / `mapo sft` print: how to go on, or that there is nothing left to do."""
+        if self.finished:
+            return f"Interrupted during the last step ({self.step}); it finished: the run is complete in {self.run_dir}"
+        return f"Interrupted after step {self.step}; checkpoint saved. Continue with: {command} --resume {self.run_dir}"
 
 
 def role_metrics(groups: Sequence[Group]) -> dict[str, float]:

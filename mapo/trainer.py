@@ -354,6 +354,8 @@ class Trainer:
         from mapo.evaluate.report import write_report
 
         tracking.finish(write_report(run.path), run.path / "final")  # report.html: the run's curves, with links
+        if self._stop_requested:  # it landed in the last step, which finished: the caller must still stop
+            raise TrainingInterrupted(run.path, self.step, finished=True)
         return run.path
 
 

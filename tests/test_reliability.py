@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from tiny_policy import ToyEnvironment, tiny_policy, toy_scenarios
+from tiny_policy import SIGTERM_IN_UPDATE, ToyEnvironment, tiny_policy, toy_scenarios
 from typer.testing import CliRunner
 
 from mapo.backends.endpoint import BackendUnavailable, ChatBackendConfig
@@ -381,6 +381,22 @@ def test_ctrl_c_during_a_rollout_ends_it_at_the_turn_and_saves_the_last_step(tmp
     assert [m["step"] for m in run.read_metrics()] == [1]
     assert run.latest_checkpoint().name == "step-000001"
     _assert_folder_sound(tmp_path / "run")
+
+
+def test_sigterm_during_the_last_step_finishes_the_run_and_still_stops_the_caller(tmp_path):
+    """A stop that lands in the last step's update: that step finishes, final/ is written, and train()
+    raises (finished=True) instead of returning, so whatever its caller does next does not start."""
+    from mapo.reliability import TrainingInterrupted
+
+    config = load_config(None, [*CRASH, "steps=1", f"advantage.estimator={SIGTERM_IN_UPDATE}"])
+    previous = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(TrainingInterrupted) as stopped:
+        train(config, output=tmp_path / "run", show_progress=False)
+    assert signal.getsignal(signal.SIGTERM) is previous  # the trainer's handler is gone again
+    assert (stopped.value.step, stopped.value.finished) == (1, True)
+    assert "the run is complete" in stopped.value.resume_hint("mapo train")
+    run = RunFolder(tmp_path / "run")
+    assert [m["step"] for m in run.read_metrics()] == [1] and (run.path / "final").is_dir()
 
 
 @pytest.mark.slow  # 20 s: a real terminal and engine worker (CI runs the slow tests)

@@ -8,9 +8,11 @@ action depends on the reply, so different samples get different rewards.
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 
+from mapo.advantages import get_estimator, register_estimator
 from mapo.envs.base import ENVIRONMENTS, StepResult, register_environment
 from mapo.envs.empathy.cards import card_scenarios
 from mapo.model_source import LoraSpec, PolicySpec
@@ -70,3 +72,14 @@ class ToyEnvironment:
 
 if "toy-test" not in ENVIRONMENTS:
     register_environment("toy-test")(ToyEnvironment)
+
+
+SIGTERM_IN_UPDATE = "sigterm-in-update-test"
+
+
+@register_estimator(SIGTERM_IN_UPDATE)
+def mapo_then_sigterm(groups, params):
+    """An estimator that sends SIGTERM to its own process (fault injection), then computes MAPO's
+    advantages: the stop lands while the step changes the weights, which must let the step finish."""
+    signal.raise_signal(signal.SIGTERM)
+    return get_estimator("mapo")(groups, params)

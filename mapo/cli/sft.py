@@ -41,7 +41,7 @@ def sft(
     except (ValueError, FileNotFoundError) as err:
         raise fail(err) from None
     except TrainingInterrupted as err:
-        typer.echo(f"Interrupted after step {err.step}; checkpoint saved. Continue with: mapo sft --resume {err.run_dir}")
+        typer.echo(err.resume_hint("mapo sft"))
         raise typer.Exit(130) from None
     from mapo.run_folder import RunFolder
 

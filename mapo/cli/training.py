@@ -36,7 +36,7 @@ def train(
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None
     except TrainingInterrupted as err:  # Ctrl-C or SIGTERM: a checkpoint was saved
-        typer.echo(f"Interrupted after step {err.step}; checkpoint saved. Continue with: mapo train --resume {err.run_dir}")
+        typer.echo(err.resume_hint("mapo train"))
         raise typer.Exit(130) from None
     from mapo.run_folder import RunFolder
     from mapo.records import training_summary

@@ -236,6 +236,8 @@ class SftTrainer:
             from mapo.evaluate.report import write_report
 
             tracking.finish(write_report(run.path), final)
+        if self._stop_requested:  # Ctrl-C in the last step, which finished: the caller must still stop
+            raise TrainingInterrupted(run.path, self.step, finished=True)
         return run.path
 
 

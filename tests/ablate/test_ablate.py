@@ -37,7 +37,7 @@ from mapo.ablate import (
 from mapo.ablate.curves import curves
 from mapo.ablate.report import measure, write_outputs
 from mapo.ablate.runner import AblationStopped
-from mapo.ablate.state import curve_dir, last_logged_step, read_eval, read_plan
+from mapo.ablate.state import curve_dir, eval_dir, last_logged_step, read_eval, read_plan
 from mapo.ablate.stats import GAME_METRICS, HACKING_METRICS, steps_to_half, steps_to_reach
 from mapo.ablate.tables import dialogue_table
 from mapo.cli import app
@@ -723,6 +723,28 @@ def test_ctrl_c_of_a_serial_ablation_says_how_to_resume(tmp_path, monkeypatch):
     assert f"Continue with: mapo ablate --resume {out}" in result.output
 
 
+def test_a_stop_during_a_unit_s_last_step_stops_the_ablation_before_its_evaluation(tmp_path):
+    """SIGTERM in the last step's update: the run finishes (final/ written), and the ablation stops
+    there instead of going on to evaluate; the rerun evaluates it without training again."""
+    from tiny_policy import SIGTERM_IN_UPDATE
+
+    from mapo.ablate import VARIANTS
+
+    if "sigterm-in-update" not in VARIANTS:
+        register_variant("sigterm-in-update", f"advantage.estimator={SIGTERM_IN_UPDATE}")
+    plan = dataclasses.replace(quick_plan(), variants=["sigterm-in-update"], seeds=[0], steps=1,
+                               eval=EvalBudget(limit=2, max_turns=2, max_new_tokens=8))
+    out, unit = tmp_path / "ablation", Unit("sigterm-in-update", 0)
+    with pytest.raises(KeyboardInterrupt):
+        run_ablation(plan, out, jobs=1, extra=TINY)
+    assert (run_dir(out, unit) / "final").is_dir() and read_eval(eval_dir(out, "base")) is not None
+    assert read_eval(eval_dir(out, unit.name)) is None
+    done = []
+    run_ablation(plan, out, jobs=1, extra=TINY, on_done=lambda name, did: done.append((name, did)))
+    assert dict(done)[unit.name] == "evaluated"
+    assert last_logged_step(run_dir(out, unit)) == 1
+
+
 def test_a_unit_queued_before_the_ablation_was_interrupted_does_not_start(tmp_path):
     import signal
     import threading
@@ -749,7 +771,8 @@ def test_a_worker_s_training_interrupted_crosses_the_process_boundary():
 
     again = pickle.loads(pickle.dumps(TrainingInterrupted(Path("runs/r"), 7)))
     assert isinstance(again, TrainingInterrupted) and (again.run_dir, again.step) == (Path("runs/r"), 7)
-    assert "after step 7" in str(again)
+    assert "after step 7" in str(again) and not again.finished
+    assert pickle.loads(pickle.dumps(TrainingInterrupted(Path("runs/r"), 7, finished=True))).finished
 
 
 def test_a_success_rate_a_rounding_below_the_target_reaches_it():
