@@ -255,6 +255,26 @@ _KILLER = textwrap.dedent(
 _RUNTIME = ("step_time", "tokens_per_s_train", "wall_time", "threads")
 
 
+def test_ctrl_c_in_the_last_step_finishes_the_run_and_still_stops_the_caller(tmp_path, monkeypatch):
+    """Ctrl-C while the last step trains: that step finishes and final/ is written, and run_sft raises
+    (finished=True) rather than returning, so a chained `mapo train` does not start RL after it."""
+    from mapo.reliability import TrainingInterrupted
+
+    real_step = SftTrainer.train_step
+
+    def step_with_ctrl_c(self, step):  # fault injection: the signal lands inside the real step
+        if step == self.total_steps:
+            signal.raise_signal(signal.SIGINT)
+        return real_step(self, step)
+
+    monkeypatch.setattr(SftTrainer, "train_step", step_with_ctrl_c)
+    with pytest.raises(TrainingInterrupted) as stopped:
+        run_sft(load_config(None, [*TINY, "sft.epochs=1"]), output=tmp_path / "run", show_progress=False)
+    run = RunFolder(tmp_path / "run")
+    assert stopped.value.finished and stopped.value.step == max(m["step"] for m in run.read_metrics())
+    assert (run.path / "final").is_dir() and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 @pytest.mark.slow  # 25 s: three SFT runs (CI runs the slow tests)
 def test_a_killed_run_resumes_to_the_uninterrupted_result(tmp_path):
     killed = tmp_path / "killed"
