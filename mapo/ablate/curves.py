@@ -38,11 +38,21 @@ SUCCESS = "env_success_rate"
 HELDOUT = "heldout_success"
 PANELS = {"reward_mean": "mean per-turn reward", "grad_norm": "gradient norm before clipping",
           SUCCESS: "training success rate (own rollouts)", HELDOUT: "held-out success (%) at each check"}
+RATE_BOUNDS = {SUCCESS: (0.0, 1.0), HELDOUT: (0.0, 100.0)}  # a rate's mean ± std band stops at its range
+
+
+def spread_band(stack: np.ndarray, mean: np.ndarray, key: str) -> tuple[np.ndarray, np.ndarray]:
+    """The mean ± sample std band over seeds (rows of `stack`), clipped to the metric's range."""
+    with warnings.catch_warnings():  # a step only one run reached has no spread: NaN, not drawn
+        warnings.simplefilter("ignore", RuntimeWarning)
+        std = np.nanstd(stack, axis=0, ddof=1)
+    low, high = RATE_BOUNDS.get(key, (-np.inf, np.inf))
+    return np.clip(mean - std, low, high), np.clip(mean + std, low, high)
 
 
 def plot_curves(series: dict[str, dict[str, list[list[float]]]], path: Path) -> Path | None:
     """One figure, a panel per metric (mean reward, pre-clip gradient norm, training success where
-    logged) per step, mean ± std over seeds."""
+    logged) per step, mean ± std over seeds (`spread_band`)."""
     if not series:
         return None
     import matplotlib
@@ -77,10 +87,7 @@ def plot_curves(series: dict[str, dict[str, list[list[float]]]], path: Path) -> 
             if key == "reward_mean":
                 handles.append(line)
             if len(runs) > 1:
-                with warnings.catch_warnings():  # a step only one run reached has no spread: NaN, not drawn
-                    warnings.simplefilter("ignore", RuntimeWarning)
-                    std = np.nanstd(stack, axis=0, ddof=1)
-                axes.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.15)
+                axes.fill_between(steps, *spread_band(stack, mean, key), color=line.get_color(), alpha=0.15)
         axes_left.set_title(PANELS[key])
         axes_left.set_xlabel("training step")
         axes_left.xaxis.set_major_locator(MaxNLocator(integer=True))

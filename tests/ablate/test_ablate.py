@@ -775,6 +775,21 @@ def test_a_worker_s_training_interrupted_crosses_the_process_boundary():
     assert pickle.loads(pickle.dumps(TrainingInterrupted(Path("runs/r"), 7, finished=True))).finished
 
 
+def test_a_rate_s_spread_band_stays_within_its_range_and_a_reward_s_does_not():
+    import numpy as np
+
+    from mapo.ablate.curves import HELDOUT, SUCCESS, spread_band
+
+    stack = np.array([[0.0, 1.0], [0.9, 1.0], [0.1, 0.4]])
+    mean = stack.mean(axis=0)
+    low, high = spread_band(stack, mean, SUCCESS)
+    assert low[0] == 0.0 and high[1] == 1.0 and 0.0 < low[1] < high[0] < 1.0
+    low, high = spread_band(100 * stack, 100 * mean, HELDOUT)
+    assert low[0] == 0.0 and high[1] == 100.0
+    low, high = spread_band(stack, mean, "reward_mean")
+    assert low[0] < 0.0 and high[1] > 1.0 and np.allclose(high - mean, mean - low)
+
+
 def test_a_success_rate_a_rounding_below_the_target_reaches_it():
     from mapo.ablate.stats import heldout_steps_to
 
