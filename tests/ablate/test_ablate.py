@@ -728,8 +728,6 @@ def test_a_stop_during_a_unit_s_last_step_stops_the_ablation_before_its_evaluati
     there instead of going on to evaluate; the rerun evaluates it without training again."""
     from tiny_policy import SIGTERM_IN_UPDATE
 
-    from mapo.ablate import VARIANTS
-
     if "sigterm-in-update" not in VARIANTS:
         register_variant("sigterm-in-update", f"advantage.estimator={SIGTERM_IN_UPDATE}")
     plan = dataclasses.replace(quick_plan(), variants=["sigterm-in-update"], seeds=[0], steps=1,
