@@ -38,7 +38,8 @@ SUCCESS = "env_success_rate"
 HELDOUT = "heldout_success"
 PANELS = {"reward_mean": "mean per-turn reward", "grad_norm": "gradient norm before clipping",
           SUCCESS: "training success rate (own rollouts)", HELDOUT: "held-out success (%) at each check"}
-RATE_BOUNDS = {SUCCESS: (0.0, 1.0), HELDOUT: (0.0, 100.0)}  # a rate's mean ± std band stops at its range
+# a rate's (and a norm's) mean ± std band stops at the metric's range
+PANEL_BOUNDS = {"grad_norm": (0.0, np.inf), SUCCESS: (0.0, 1.0), HELDOUT: (0.0, 100.0)}
 
 
 def spread_band(stack: np.ndarray, mean: np.ndarray, key: str) -> tuple[np.ndarray, np.ndarray]:
@@ -46,7 +47,7 @@ def spread_band(stack: np.ndarray, mean: np.ndarray, key: str) -> tuple[np.ndarr
     with warnings.catch_warnings():  # a step only one run reached has no spread: NaN, not drawn
         warnings.simplefilter("ignore", RuntimeWarning)
         std = np.nanstd(stack, axis=0, ddof=1)
-    low, high = RATE_BOUNDS.get(key, (-np.inf, np.inf))
+    low, high = PANEL_BOUNDS.get(key, (-np.inf, np.inf))
     return np.clip(mean - std, low, high), np.clip(mean + std, low, high)
 
 

@@ -773,7 +773,7 @@ def test_a_worker_s_training_interrupted_crosses_the_process_boundary():
     assert pickle.loads(pickle.dumps(TrainingInterrupted(Path("runs/r"), 7, finished=True))).finished
 
 
-def test_a_rate_s_spread_band_stays_within_its_range_and_a_reward_s_does_not():
+def test_a_rate_s_or_norm_s_spread_band_stays_within_its_range_and_a_reward_s_does_not():
     import numpy as np
 
     from mapo.ablate.curves import HELDOUT, SUCCESS, spread_band
@@ -784,6 +784,7 @@ def test_a_rate_s_spread_band_stays_within_its_range_and_a_reward_s_does_not():
     assert low[0] == 0.0 and high[1] == 1.0 and 0.0 < low[1] < high[0] < 1.0
     low, high = spread_band(100 * stack, 100 * mean, HELDOUT)
     assert low[0] == 0.0 and high[1] == 100.0
+    assert spread_band(stack, mean, "grad_norm")[0][0] == 0.0
     low, high = spread_band(stack, mean, "reward_mean")
     assert low[0] < 0.0 and high[1] > 1.0 and np.allclose(high - mean, mean - low)
 
