@@ -1,0 +1,31 @@
+"""MAPO − GRPO by seed over the empathy-warm blind sets (docs/results.md, thirteenth session): the
+seeds' run folders are not all kept, but each blind set holds both evaluations' summaries. Usage:
+
+    python experiments/empathy_warm/paired_by_seed.py docs/blind/empathy-warm-s*
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from mapo.ablate.intervals import t_interval
+
+FIGURES = {
+    "EPM-Q": lambda s: s["epmq"]["epmq"],
+    "passes (% of dialogues)": lambda s: 100.0 * s["pass_count"] / s["dialogues"],
+    "distinct-2": lambda s: s["hacking"]["hack_distinct2"],
+}
+
+
+def summary(folder: Path, label: str) -> dict:
+    return json.loads((folder / f"eval-{label}.json").read_text())["summary"]
+
+
+if __name__ == "__main__":
+    folders = [Path(arg) for arg in sys.argv[1:] if (Path(arg) / "eval-mapo.json").is_file()]
+    for name, figure in FIGURES.items():
+        diffs = [figure(summary(f, "mapo")) - figure(summary(f, "grpo")) for f in folders]
+        t = t_interval(diffs)
+        print(f"{name}: MAPO − GRPO {t['mean']:+.3f} [{t['low']:+.3f}, {t['high']:+.3f}] by seed over {t['n']} sets")
