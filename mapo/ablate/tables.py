@@ -83,12 +83,21 @@ def summary_table(title: str, rows: Sequence[dict[str, Any]], metrics: Sequence[
     return Table(title, ["variant", "seeds", *(t for _, t in metrics)], cells, note, data=list(rows))
 
 
+def _with_worse_seeds(stats: dict[str, Any]) -> str:
+    """An interval cell and, where seeds were paired, at how many of them the variant was worse."""
+    cell = interval_cell(stats)
+    if stats.get("worse") is None:
+        return cell
+    return f"{cell} ({round(stats['worse'] * stats['n'])} of {stats['n']} worse)"
+
+
 def paired_table(title: str, rows: Sequence[dict[str, Any]], metrics: Sequence[tuple[str, str]],
                  reference: str = PAIRED_REFERENCE) -> Table:
-    """Rows of `paired_rows`: variant, seeds paired, difference [95 % t interval] per metric."""
-    cells = [[r["variant"], str(len(r["seeds"])), *(interval_cell(r["metrics"][k]) for k, _ in metrics)] for r in rows]
+    """Rows of `paired_rows`: variant, seeds paired, difference [95 % t interval] and the seeds where
+    the variant is worse than the reference, per metric."""
+    cells = [[r["variant"], str(len(r["seeds"])), *(_with_worse_seeds(r["metrics"][k]) for k, _ in metrics)] for r in rows]
     note = (f"Variant minus {reference} at the same seed (the base: the evaluation of the policy that seed's runs "
-            f"started from minus its {reference}); mean [95 % t interval over seeds]. {CI_NOTE}")
+            f"started from minus its {reference}); mean [95 % t interval over seeds] (seeds where it is worse). {CI_NOTE}")
     return Table(title, ["variant", "seeds", *(f"{t} − {reference}" for _, t in metrics)], cells, note, data=list(rows))
 
 

@@ -39,7 +39,7 @@ from mapo.ablate.report import measure, write_outputs
 from mapo.ablate.runner import AblationStopped
 from mapo.ablate.state import curve_dir, eval_dir, last_logged_step, read_eval, read_plan
 from mapo.ablate.stats import GAME_METRICS, HACKING_METRICS, steps_to_half, steps_to_reach
-from mapo.ablate.tables import dialogue_table
+from mapo.ablate.tables import dialogue_table, paired_table
 from mapo.cli import app
 from mapo.config import load_config
 
@@ -132,6 +132,9 @@ def test_paired_rows_subtract_the_reference_at_the_same_seed():
     assert epmq["low"] == pytest.approx(-2.5 - half) and epmq["high"] == pytest.approx(-2.5 + half)
     assert epmq["worse"] == 1.0
     assert row["metrics"]["return"]["mean"] is None and row["metrics"]["return"]["low"] is None
+    # the table says at how many paired seeds the variant was worse (what "ahead at k of n" reads)
+    cells = paired_table("t", [row], [("epmq", "EPM-Q"), ("return", "return")]).rows[0]
+    assert cells[2].endswith(" (2 of 2 worse)") and cells[3] == "–"
     units["grpo-idr-s2"] = {"reward_last": 0.5}  # a run still going: training figures, no evaluation
     (row,) = paired_rows(units, plan)
     assert row["seeds"] == [0, 1] and row["metrics"]["epmq"]["n"] == 2
