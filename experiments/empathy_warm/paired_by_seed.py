@@ -1,4 +1,4 @@
-"""MAPO − GRPO by seed over the empathy-warm blind sets (docs/results.md, thirteenth session): the
+"""MAPO − GRPO by seed over the empathy-warm blind sets, with each set's GRPO / MAPO values (docs/results.md, thirteenth session): the
 seeds' run folders are not all kept, but each blind set holds both evaluations' summaries. Usage:
 
     python experiments/empathy_warm/paired_by_seed.py docs/blind/empathy-warm-s*
@@ -26,6 +26,8 @@ def summary(folder: Path, label: str) -> dict:
 if __name__ == "__main__":
     folders = [Path(arg) for arg in sys.argv[1:] if (Path(arg) / "eval-mapo.json").is_file()]
     for name, figure in FIGURES.items():
-        diffs = [figure(summary(f, "mapo")) - figure(summary(f, "grpo")) for f in folders]
+        pairs = [(figure(summary(f, "grpo")), figure(summary(f, "mapo"))) for f in folders]
+        print(f"{name}, GRPO / MAPO per set: " + ", ".join(f"{f.name} {g:.3f} / {m:.3f}" for f, (g, m) in zip(folders, pairs)))
+        diffs = [m - g for g, m in pairs]
         t = t_interval(diffs)
         print(f"{name}: MAPO − GRPO {t['mean']:+.3f} [{t['low']:+.3f}, {t['high']:+.3f}] by seed over {t['n']} sets")
