@@ -24,8 +24,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from mapo.validation import intact_records
+from mapo.validation import compressed_or_plain, intact_records
 
+METRICS = "metrics.jsonl"
 _CHECKPOINT = re.compile(r"^step-(\d{6,})$")
 
 
@@ -61,6 +62,18 @@ def write_folder(folder: Path, write: Callable[[Path], None]) -> Path:
     return folder
 
 
+def read_metrics(run_dir: str | Path, required: bool = False) -> list[dict[str, Any]]:
+    """A run folder's logged steps: metrics.jsonl, or metrics.jsonl.gz in a study archived under
+    docs/study. A line cut short by a kill is left out (resume drops it for good). [] before the
+    first step; with `required`, a folder with neither file is a FileNotFoundError naming it."""
+    path = compressed_or_plain(Path(run_dir), METRICS)
+    if not path.is_file():
+        if required:
+            raise FileNotFoundError(f"{path}: no {METRICS} here; is {run_dir} a training run folder?")
+        return []
+    return intact_records(path, "metrics")
+
+
 def new_run_dir(root: str | Path, name: str) -> Path:
     """`root/<name>-YYYYmmdd-HHMMSS` (with a suffix if that exists already), created."""
     base = Path(root) / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -76,7 +89,7 @@ class RunFolder:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
-        self.metrics_path = self.path / "metrics.jsonl"
+        self.metrics_path = self.path / METRICS
         self.transcripts_path = self.path / "transcripts.jsonl"
         self.checkpoints = self.path / "checkpoints"
 
@@ -103,8 +116,8 @@ class RunFolder:
             os.fsync(handle.fileno())
 
     def read_metrics(self) -> list[dict[str, Any]]:
-        """The logged steps; a line cut short by a kill is left out (resume drops it for good)."""
-        return intact_records(self.metrics_path, "metrics") if self.metrics_path.is_file() else []
+        """The logged steps (`read_metrics`)."""
+        return read_metrics(self.path)
 
     def drop_logs_after(self, step: int) -> None:
         """Keep only log lines of steps <= `step` (a resumed run rewrites the rest); a line cut by

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from mapo.ablate.intervals import t_interval
+from mapo.validation import compressed_or_plain, text_of
 
 FIGURES = {
     "EPM-Q": lambda s: s["epmq"]["epmq"],
@@ -20,11 +21,11 @@ FIGURES = {
 
 
 def summary(folder: Path, label: str) -> dict:
-    return json.loads((folder / f"eval-{label}.json").read_text())["summary"]
+    return json.loads(text_of(compressed_or_plain(folder, f"eval-{label}.json")))["summary"]
 
 
 if __name__ == "__main__":
-    folders = [Path(arg) for arg in sys.argv[1:] if (Path(arg) / "eval-mapo.json").is_file()]
+    folders = [Path(arg) for arg in sys.argv[1:] if compressed_or_plain(Path(arg), "eval-mapo.json").is_file()]
     for name, figure in FIGURES.items():
         pairs = [(figure(summary(f, "grpo")), figure(summary(f, "mapo"))) for f in folders]
         print(f"{name}, GRPO / MAPO per set: " + ", ".join(f"{f.name} {g:.3f} / {m:.3f}" for f, (g, m) in zip(folders, pairs)))

@@ -6,9 +6,11 @@ checkpoints are gone.
 
 Kept: plan.json, each finished run's config.yaml, metrics.jsonl, training transcripts and
 provenance, each evaluation folder (the held-out evaluation with its transcripts, the curve's
-checks, benchmarks), with every transcripts.jsonl gzip-compressed (under a tenth of the size; the
-report and `mapo compare` read either). Left out: checkpoints, final weights, logs, the
-transcripts' HTML viewers.
+checks, benchmarks), with every eval.json, metrics.jsonl and transcripts.jsonl gzip-compressed
+(under a tenth of the size; the report, `mapo compare` and `mapo report` read either). Left out:
+checkpoints, final weights, logs, the transcripts' HTML viewers, and the transcripts of the
+held-out curve's checks (the curve reads only their eval.json; an eval.json.gz counts as finished
+without its transcripts, `state.read_eval`).
 A share that started from another policy than the export's base (its base evaluation differs) brings
 that evaluation as `evals/base-s<seed>` for each of its seeds: the report pairs every seed with its
 own start.
@@ -24,13 +26,13 @@ import shutil
 from pathlib import Path
 
 from mapo.ablate.plan import AblationPlan, Unit
-from mapo.ablate.state import (eval_dir, read_eval, read_plan, run_dir, seed_base_name, training_state,
-                               unchecked_steps)
+from mapo.ablate.state import (EVAL, TRANSCRIPTS, curve_dir, eval_dir, read_eval, read_plan, run_dir, seed_base_name,
+                               training_state, unchecked_steps)
+from mapo.run_folder import METRICS
 
 EXPORT_MARK = "exported.json"  # at the export's root: where each share came from
 WEIGHTS_LEFT_OUT = "WEIGHTS_LEFT_OUT"
-TRANSCRIPTS = "transcripts.jsonl"
-RUN_FILES = ("config.yaml", "metrics.jsonl", TRANSCRIPTS, f"{TRANSCRIPTS}.gz", "provenance.jsonl", "sft.json")
+RUN_FILES = ("config.yaml", METRICS, f"{METRICS}.gz", TRANSCRIPTS, f"{TRANSCRIPTS}.gz", "provenance.jsonl", "sft.json")
 EVAL_VIEWS = ("transcripts.html",)  # a viewer of transcripts.jsonl, which is kept
 SHARED = ("variants", "seeds")  # what the shares of one study may differ in
 
@@ -82,6 +84,7 @@ def export_ablation(source: Path, target: Path) -> tuple[AblationPlan, list[str]
         for name in RUN_FILES:
             if (run / name).is_file():
                 shutil.copy2(run / name, dest / name)
+        _compress(dest / METRICS)
         _compress(dest / TRANSCRIPTS)
         (dest / "final" / WEIGHTS_LEFT_OUT).write_text(f"exported from {run.resolve()}\n", encoding="utf-8")
         _copy_eval(source, target, unit.name)
@@ -125,8 +128,11 @@ def _copy_eval(source: Path, target: Path, name: str, as_name: str | None = None
     dest = eval_dir(target, as_name or name)
     shutil.rmtree(dest, ignore_errors=True)
     shutil.copytree(eval_dir(source, name), dest, ignore=shutil.ignore_patterns(*EVAL_VIEWS))
-    for transcripts in dest.rglob(TRANSCRIPTS):  # the held-out evaluation's, and the curve checks'
-        _compress(transcripts)
+    checks = curve_dir(target, as_name or name, 0).parent  # the held-out curve's: it reads their eval.json alone
+    for transcripts in checks.glob(f"step-*/{TRANSCRIPTS}*"):
+        transcripts.unlink()
+    for written in [*dest.rglob(EVAL), *dest.rglob(TRANSCRIPTS)]:  # the held-out evaluation's and the checks'
+        _compress(written)
 
 
 def _compress(path: Path) -> None:

@@ -19,7 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from mapo.ablate.plan import AblationPlan, Unit
-from mapo.validation import compressed_or_plain, intact_records
+from mapo.run_folder import read_metrics
+from mapo.validation import compressed_or_plain, intact_records, text_of
+
+EVAL = "eval.json"
+ARCHIVED_EVAL = f"{EVAL}.gz"  # an exported evaluation, finished when compressed
+TRANSCRIPTS = "transcripts.jsonl"
 
 
 def run_dir(out: Path, unit: Unit) -> Path:
@@ -43,9 +48,7 @@ def curve_dir(out: Path, name: str, step: int) -> Path:
 
 def last_logged_step(path: Path) -> int:
     """The last training step in the run's metrics.jsonl (0 before the first)."""
-    from mapo.run_folder import RunFolder
-
-    return max((m.get("step", 0) for m in RunFolder(path).read_metrics()), default=0)
+    return max((m.get("step", 0) for m in read_metrics(path)), default=0)
 
 
 def training_state(path: Path, steps: int) -> str:
@@ -72,9 +75,10 @@ def bench_dir(out: Path, name: str, benchmark: str) -> Path:
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON file (or, named so, its .gz); None when missing, cut short or not JSON."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        return json.loads(text_of(path))
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError):
         return None
 
 
@@ -101,13 +105,18 @@ def _complete(summary_file: Path, lines_file: Path, expected: Callable[[dict[str
 
 def read_eval(folder: Path) -> dict[str, Any] | None:
     """The eval.json in `folder`, or None: missing, cut short, or its transcripts.jsonl (written
-    after it) does not hold every dialogue."""
-    return _complete(folder / "eval.json", compressed_or_plain(folder, "transcripts.jsonl"), lambda d: d["summary"]["dialogues"])
+    after it) does not hold every dialogue. An archived evaluation (eval.json.gz: `mapo ablate
+    --export` compresses only finished ones) is complete by itself; the transcripts of a held-out
+    curve's checks are not kept there."""
+    packed = folder / ARCHIVED_EVAL
+    if packed.is_file():
+        return _read_json(packed)
+    return _complete(folder / EVAL, compressed_or_plain(folder, TRANSCRIPTS), lambda d: d["summary"]["dialogues"])
 
 
 def read_transcripts(folder: Path) -> list[dict[str, Any]]:
     """An eval's dialogues (transcripts.jsonl), [] when it has none."""
-    return _json_lines(compressed_or_plain(folder, "transcripts.jsonl")) or []
+    return _json_lines(compressed_or_plain(folder, TRANSCRIPTS)) or []
 
 
 def read_bench(folder: Path) -> dict[str, Any] | None:
@@ -156,10 +165,8 @@ def read_plan(out: Path) -> AblationPlan:
 def run_metrics(out: Path, plan: AblationPlan) -> dict[Unit, list[dict[str, Any]]]:
     """Each finished unit's metrics.jsonl rows, in step order. A run still training is left out:
     the first steps of a seed being grown would skew every mean over seeds (tables and curves)."""
-    from mapo.run_folder import RunFolder
-
     return {
-        unit: sorted(RunFolder(run_dir(out, unit)).read_metrics(), key=lambda m: m["step"])
+        unit: sorted(read_metrics(run_dir(out, unit)), key=lambda m: m["step"])
         for unit in plan.units()
         if training_state(run_dir(out, unit), plan.steps) == "done"
     }

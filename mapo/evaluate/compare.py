@@ -23,7 +23,7 @@ from typing import Any
 from mapo.evaluate.empa import EPMQ_KEYS, HACKING_HIGHER_IS_BETTER, HACKING_LABELS, monitor_figures
 from mapo.evaluate.html import esc, page
 from mapo.evaluate.validity import verdict_of
-from mapo.validation import compressed_or_plain, read_records
+from mapo.validation import compressed_or_plain, read_records, read_text
 
 
 @dataclass
@@ -48,13 +48,15 @@ class Result:
 
 
 def result_file(path: str | Path) -> Path:
-    """eval.json / results.json itself, or the one inside the folder given."""
+    """eval.json / results.json itself, or the one inside the folder given; each may be gzipped
+    (`X.gz`, as an archived study under docs/study keeps eval.json)."""
     path = Path(path)
     if path.is_dir():
         for name in ("eval.json", "results.json"):
-            if (path / name).is_file():
-                return path / name
+            if (found := compressed_or_plain(path, name)).is_file():
+                return found
         raise FileNotFoundError(f"{path}: no eval.json or results.json in this folder")
+    path = compressed_or_plain(path.parent, path.name)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file or folder")
     return path
@@ -64,7 +66,7 @@ def read_result(path: str | Path) -> tuple[Path, Any]:
     """(the result file `path` names, its parsed JSON); a file that is not JSON is a ValueError naming it."""
     file = result_file(path)
     try:
-        return file, json.loads(file.read_text(encoding="utf-8"))
+        return file, json.loads(read_text(file, "result", ValueError))
     except json.JSONDecodeError as err:
         raise ValueError(f"{file}: not valid JSON ({err.msg})") from None
 

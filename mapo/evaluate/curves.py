@@ -13,7 +13,9 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from mapo.evaluate.report import numeric_series, read_metrics
+from mapo.evaluate.report import numeric_series
+from mapo.run_folder import read_metrics
+from mapo.validation import compressed_or_plain, text_of
 
 # metric -> (panel title, the reference figure drawn on it, or None)
 CURVE_METRICS: dict[str, tuple[str, str | None]] = {
@@ -37,10 +39,12 @@ def _smoothed(values: Sequence[float], window: int) -> list[float]:
 
 
 def reference_figures(eval_file: str | Path) -> dict[str, dict[str, float]]:
-    """{player: {figure: value}} from an eval.json's `summary.references` (empty when it has none)."""
+    """{player: {figure: value}} from an eval.json's `summary.references` (empty when it has none);
+    an archived study's eval.json.gz is read for its eval.json."""
     import json
 
-    data = json.loads(Path(eval_file).read_text(encoding="utf-8"))
+    path = Path(eval_file)
+    data = json.loads(text_of(compressed_or_plain(path.parent, path.name)))
     references = data.get("summary", {}).get("references", {}) if isinstance(data, dict) else {}
     out = {}
     for name, reference in references.items():
@@ -67,7 +71,7 @@ def write_learning_curve(
         raise ValueError("no training runs given")
     loaded = []
     for run in runs:
-        rows = read_metrics(Path(run) / "metrics.jsonl")
+        rows = read_metrics(run, required=True)
         if not rows:
             raise ValueError(f"{run}: metrics.jsonl has no rows yet")
         loaded.append(numeric_series(rows))

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mapo.evaluate.html import esc, page, render_transcripts
+from mapo.run_folder import read_metrics
 from mapo.validation import compressed_or_plain, intact_records
 
 REPORT_FILE = "report.html"
@@ -71,13 +72,6 @@ PANELS = (
     Panel("Throughput", ("tokens_per_s_rollout", "tokens_per_s_train"), ("step_time",), "tokens / s", "step time (s)"),
 )
 _NOT_PLOTTED = ("step", "wall_time")
-
-
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The metric rows; a line that is not JSON (a run killed mid-write) is skipped."""
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no metrics.jsonl here; is {path.parent} a training run folder?")
-    return intact_records(path, "metrics")
 
 
 def numeric_series(rows: Sequence[dict[str, Any]]) -> tuple[list[float], dict[str, list[float]]]:
@@ -261,7 +255,7 @@ def _config_block(run_dir: Path) -> str:
 def write_report(run_dir: str | Path) -> Path:
     """Write `<run_dir>/report.html` (and `transcripts.html` when there are transcripts); returns the report path."""
     run_dir = Path(run_dir)
-    rows = read_metrics(run_dir / "metrics.jsonl")
+    rows = read_metrics(run_dir, required=True)
     steps, series = numeric_series(rows)
     body = [f"<h1>Training run {esc(run_dir.name)}</h1>",
             f"<p class='meta'>{len(rows)} logged steps · {esc(run_dir.resolve())}</p>",

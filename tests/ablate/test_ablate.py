@@ -521,6 +521,9 @@ def test_shares_of_a_study_export_without_weights_into_one_folder_that_reports_l
     # transcripts travel gzip-compressed, byte-stable, and the report reads them (the by-dialogue pairing)
     packed = sorted(export.rglob("transcripts.jsonl.gz"))
     assert packed and not list(export.rglob("transcripts.jsonl"))
+    # so do eval.json and metrics.jsonl: an archived study is read as it was written
+    assert len(list(export.rglob("eval.json.gz"))) == 5 and len(list(export.rglob("metrics.jsonl.gz"))) == 4
+    assert not list(export.rglob("eval.json")) and not list(export.rglob("metrics.jsonl"))
     assert "Paired by held-out dialogue with mapo-idr: held-out evaluation" in tables(export)
     again = tmp_path / "again"  # an export exports again, unchanged
     result = CliRunner().invoke(app, ["ablate", "--resume", str(export), "--export", str(again)])
@@ -550,7 +553,7 @@ def test_shares_from_different_starts_pair_each_seed_with_its_own_start(tmp_path
     # seed 1 ran later from a rebuilt warm start that evaluates at 40 %, not 20 %
     result = share("b", 1, {"base": 40.0, "mapo-idr-s1": 30.0, "grpo-idr-s1": 10.0})
     assert result.exit_code == 0, result.output
-    assert (export / "evals" / "base-s1" / "eval.json").is_file() and not (export / "evals" / "base-s0").exists()
+    assert (export / "evals" / "base-s1" / "eval.json.gz").is_file() and not (export / "evals" / "base-s0").exists()
     plan = read_plan(export)
     tables = json.loads(write_outputs(export, plan).with_suffix(".json").read_text())["tables"]
     (base,) = [r for r in tables["Paired by seed with mapo-idr: held-out evaluation"] if r["variant"] == "base"]
@@ -587,7 +590,11 @@ def test_a_unit_evaluated_but_with_held_out_checks_to_come_is_not_exported_yet(t
     shutil.copytree(tmp_path / "study" / "evals" / "mapo-idr-s0", check)  # the runner's check, done
     result = CliRunner().invoke(app, ["ablate", "--resume", str(tmp_path / "study"), "--export", str(export)])
     assert result.exit_code == 0 and "Exported 4 runs" in result.output, result.output
-    assert (curve_dir(export, "mapo-idr-s0", 2) / "eval.json").is_file()
+    # the check's eval.json travels compressed and finished without its transcripts (the curve reads eval.json alone)
+    assert [p.name for p in curve_dir(export, "mapo-idr-s0", 2).iterdir()] == ["eval.json.gz"]
+    grown = read_plan(export)
+    assert measure(export, grown).heldout == measure(tmp_path / "study", grown).heldout
+    assert measure(export, grown).heldout["mapo-idr-s0"][2] == 50.0
 
 
 def _live_processes() -> dict[int, list[str]]:

@@ -124,3 +124,14 @@ def test_benchmark_results_compare_and_kinds_must_match(tmp_path):
         load_result(tmp_path / "bad")
     with pytest.raises(FileNotFoundError, match="no eval.json or results.json"):
         load_result(tmp_path / "x" / "..")
+
+
+def test_an_archived_eval_json_gz_compares_like_the_plain_file(tmp_path):
+    import gzip
+
+    plain = eval_json(tmp_path / "plain", 0.4, 50.0)
+    packed = eval_json(tmp_path / "packed", 0.4, 50.0)
+    (packed / "eval.json.gz").write_bytes(gzip.compress((packed / "eval.json").read_bytes()))
+    (packed / "eval.json").unlink()
+    assert load_result(packed).metrics == load_result(plain).metrics  # the folder finds eval.json.gz
+    assert load_result(packed / "eval.json").metrics == load_result(packed / "eval.json.gz").metrics == load_result(plain).metrics

@@ -6,6 +6,8 @@ import base64
 import json
 import re
 
+import pytest
+
 from typer.testing import CliRunner
 
 from mapo.cli import app
@@ -126,3 +128,37 @@ def test_report_png_draws_several_runs_against_the_reference_players(tmp_path):
         "optimal": {"success_rate": 1.0, "bits_per_question": 0.98}, "random": {"success_rate": 0.3, "bits_per_question": 0.35}}
     result = CliRunner().invoke(app, ["report", str(runs[0]), "--references", str(evaluation)])
     assert result.exit_code == 2 and "--references goes with --png" in result.output
+
+
+def gzip_in_place(path):
+    """`path` replaced by `path`.gz, as an archived study under docs/study keeps it."""
+    import gzip
+
+    path.with_name(path.name + ".gz").write_bytes(gzip.compress(path.read_bytes()))
+    path.unlink()
+
+
+def test_an_archived_run_s_gzipped_metrics_and_eval_read_like_plain_ones(tmp_path):
+    from mapo.evaluate.compare import load_result
+    from mapo.evaluate.curves import reference_figures
+    from mapo.run_folder import RunFolder, read_metrics
+
+    plain = write_run(tmp_path / "plain", keys=["reward_mean", "env_success_rate"], steps=4, cut_last_line=True)
+    packed = write_run(tmp_path / "packed", keys=["reward_mean", "env_success_rate"], steps=4, cut_last_line=True)
+    gzip_in_place(packed / "metrics.jsonl")
+    assert read_metrics(packed) == read_metrics(plain) == RunFolder(packed).read_metrics() and len(read_metrics(packed)) == 4
+    assert "4 logged steps" in write_report(packed).read_text()
+    assert read_metrics(tmp_path / "nope") == [] and not (tmp_path / "nope").exists()  # reading creates nothing
+    evaluation = tmp_path / "eval"
+    evaluation.mkdir()
+    summary = {"references": {"player:random": {"pass_rate": 0.3, "figures": {"bits_per_question": 0.35}}}}
+    (evaluation / "eval.json").write_text(json.dumps({"summary": summary}), encoding="utf-8")
+    gzip_in_place(evaluation / "eval.json")
+    # the plain name finds the archive, as a command copied from an older write-up names it
+    assert reference_figures(evaluation / "eval.json") == {"random": {"bits_per_question": 0.35, "success_rate": 0.3}}
+    png = tmp_path / "curve.png"
+    result = CliRunner().invoke(app, ["report", str(packed), "--png", str(png), "--references", str(evaluation)])
+    assert result.exit_code == 0 and png.read_bytes().startswith(b"\x89PNG"), result.output
+    (evaluation / "eval.json.gz").write_bytes(b"\x1f\x8b not gzip")
+    with pytest.raises(ValueError, match="eval.json.gz"):  # a broken archive is named
+        load_result(evaluation)
