@@ -5,6 +5,7 @@ each check where the plan has a held-out curve (AblationPlan.curve)."""
 
 from __future__ import annotations
 
+import io
 import warnings
 from pathlib import Path
 
@@ -97,6 +98,19 @@ def plot_curves(series: dict[str, dict[str, list[list[float]]]], path: Path) -> 
         panels[0].set_ylabel("IDR (solid)")
         right.set_ylabel("ADR (dashed)")
     panels[0].legend(handles=handles, fontsize=8)
-    figure.savefig(path, dpi=110)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=110)
     plt.close(figure)
+    path.write_bytes(palette_png(buffer.getvalue()))
     return path
+
+
+def palette_png(png: bytes) -> bytes:
+    """`png` in 256 colours, without dithering: these line plots on white keep their look at about a
+    third of matplotlib's RGBA size (a study commits one curves.png each, docs/study)."""
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(png)).convert("RGB")
+    packed = io.BytesIO()
+    image.quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(packed, format="PNG", optimize=True)
+    return packed.getvalue()

@@ -252,6 +252,9 @@ def test_a_game_ablation_reports_game_figures_speed_and_a_success_curve(tmp_path
     assert [r["metrics"]["steps_to_half_gain"]["values"] for r in speed] == [[4.0, 4.0], [4.0, 4.0]]
     assert "(a lower bound; run(s) censored here: 3, 4)" in markdown
     assert "Paired by seed with mapo-idr: speed of learning" in markdown and (tmp_path / "curves.png").stat().st_size > 0
+    from PIL import Image
+
+    assert Image.open(tmp_path / "curves.png").mode == "P"  # 256 colours: a third of the size a study commits
 
 
 def test_a_run_still_training_is_left_out_of_the_training_figures_and_curves(tmp_path):
