@@ -1,13 +1,15 @@
 """`mapo ablate`: train every variant with several seeds under one rollout budget, evaluate all.
 
 A *variant* is a name plus config overrides (`--set` style) on top of the plan's
-common training settings; the registry (`plan.VARIANTS`) holds the paper's grid
+common training settings; the registry (`variants.VARIANTS`) holds the paper's grid
 (estimator x reward) and later options (redundancy reweighting, RAPO); plug-in packages
 add more. Every run gets the same budget: steps x scenarios_per_step x samples_per_scenario
-dialogues. A *plan* (`plan.PLANS`: default, quick, study) fixes variants, seeds, training
-settings, the held-out evaluation and the outside benchmarks.
+dialogues. A *plan* (`plan.PLANS`: default, quick, game, empathy; this project's studies'
+plans under experiments/ in a checkout) fixes variants, seeds, training settings, the
+held-out evaluation and the outside benchmarks.
 
-    plan        variants, the named plans, the plan and its units
+    variants    the variant registry and its grid
+    plan        the plan and its units, the named plans
     state       the ablation folder on disk (what is done, what to resume)
     runner      one unit (train, evaluate, benchmark), the base, the process pool
     benchmarks  EQ-Bench v2 and EmoBench on a unit's policy, resumable
@@ -21,19 +23,16 @@ settings, the held-out evaluation and the outside benchmarks.
 
 from mapo.ablate.intervals import cluster_bootstrap, t_interval, t_quantile
 from mapo.ablate.plan import (
-    DEFAULT_VARIANTS,
     PLANS,
-    VARIANTS,
     AblationPlan,
     BenchmarkBudget,
     CurveBudget,
     EvalBudget,
     Unit,
-    Variant,
+    empathy_plan,
+    game_plan,
     plan_for,
     quick_plan,
-    register_variant,
-    study_plan,
     unit_overrides,
 )
 from mapo.ablate.report import write_outputs
@@ -49,6 +48,7 @@ from mapo.ablate.stats import (
     training_metrics,
 )
 from mapo.ablate.tables import Table, to_markdown
+from mapo.ablate.variants import DEFAULT_VARIANTS, VARIANTS, Variant, register_variant
 
 __all__ = [
     "DEFAULT_VARIANTS",
@@ -65,7 +65,9 @@ __all__ = [
     "check_plan",
     "cluster_bootstrap",
     "dialogue_metrics",
+    "empathy_plan",
     "eval_metrics",
+    "game_plan",
     "mean_std",
     "paired_dialogue_rows",
     "paired_rows",
@@ -76,7 +78,6 @@ __all__ = [
     "run_ablation",
     "run_dir",
     "run_unit",
-    "study_plan",
     "t_interval",
     "t_quantile",
     "to_markdown",

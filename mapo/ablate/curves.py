@@ -11,8 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from mapo.ablate.plan import VARIANTS, AblationPlan
+from mapo.ablate.plan import AblationPlan
 from mapo.ablate.state import run_metrics
+from mapo.ablate.variants import VARIANTS
 
 
 def curves(out: Path, plan: AblationPlan, heldout: dict[str, dict[int, float]] | None = None,

@@ -1,5 +1,8 @@
-"""The ablation's plan: the variant registry, the common training settings, the held-out
-evaluation budget, and the units (variant x seed) the plan runs."""
+"""The ablation's plan: the common training settings, the held-out evaluation budget, the units
+(variant x seed) the plan runs, and the named plans a user starts from (default, quick, and the
+game and empathy templates). The dated research plans of this project's studies live with their
+experiments (`experiments/<study>/plan.py` in a mapo checkout); their names still resolve there
+(`MOVED_PLANS`)."""
 
 from __future__ import annotations
 
@@ -9,76 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mapo.registry import Registry
+from mapo.ablate.variants import DEFAULT_VARIANTS, VARIANTS, Variant
+from mapo.registry import Registry, RegistryError
 
 
-@dataclass(frozen=True)
-class Variant:
-    name: str
-    overrides: tuple[str, ...]  # `--set` assignments applied on top of the plan's training settings
-    description: str = ""
-
-
-# Plug-ins: `register_variant`, an entry point of group "mapo.ablation_variants" (a Variant), or a
-# "package.module:VARIANT" path.
-VARIANTS: Registry[Variant] = Registry("ablation variant", group="mapo.ablation_variants")
-
-
-def register_variant(name: str, *overrides: str, description: str = "") -> Variant:
-    """Add a variant (a name and its config overrides) to the ablation grid."""
-    if name in VARIANTS:
-        raise ValueError(f"ablation variant {name!r} is already registered")
-    if not name or "/" in name or name == "base":
-        raise ValueError(f"ablation variant name {name!r}: must be non-empty, without '/', and not 'base'")
-    return VARIANTS.add(name, Variant(name, tuple(overrides), description))
-
-
-def _estimator_variant(estimator: str, reward: str, description: str) -> Variant:
-    return register_variant(
-        f"{estimator}-{reward}",
-        f"advantage.estimator={estimator}",
-        f"reward.kind={reward}",
-        description=description,
-    )
-
-
-_estimator_variant("mapo", "idr", "MAPO mixed advantage, incremental distance reward")
-_estimator_variant("mapo", "adr", "MAPO mixed advantage, absolute distance reward")
-_estimator_variant("mapo_ragged", "idr", "MAPO without the T_min cut: turn t normalised over the dialogues that reach it")
-_estimator_variant("turn", "idr", "turn-level normalised returns only (alpha = 1)")
-_estimator_variant("batch", "idr", "batch-level normalised rewards only (alpha = 0)")
-_estimator_variant("grpo", "idr", "GRPO: one trajectory-level advantage for every turn")
-_estimator_variant("reinforce_pp", "idr", "REINFORCE++: batch-normalised returns")
-_estimator_variant("rloo", "idr", "RLOO: return minus the mean of the group's other returns, every turn")
-_estimator_variant("mapo", "outcome", "MAPO on the outcome-only reward (D_0 - D_T on the last turn)")
-for _alpha in ("0.25", "0.75"):  # the alpha sweep's inner points (0 is batch-idr, 1 is turn-idr, 0.5 mapo-idr)
-    register_variant(f"mapo-a{_alpha}-idr", "advantage.estimator=mapo", f"advantage.alpha={_alpha}", "reward.kind=idr",
-                     description=f"MAPO with alpha = {_alpha} (turn-level share of the mix)")
-# the grid at a lower learning rate than the trainer's 5e-4, the steadier rate on the game (the
-# game-lr plan; then the game-turns plans)
-for _name in ("mapo-idr", "mapo_ragged-idr", "grpo-idr", "turn-idr", "batch-idr", "rloo-idr", "mapo-outcome",
-              "mapo-a0.25-idr", "mapo-a0.75-idr"):
-    register_variant(f"{_name}-lr2e-4", *VARIANTS.resolve(_name).overrides, "optim.lr=2e-4",
-                     description=f"{_name} at learning rate 2e-4")
-
-# COMPEER and RAPO options on top of mapo-idr (docs/methods.md)
-register_variant("mapo-idr-redundancy", "reward.redundancy=true", description="+ COMPEER redundancy reweighting")
-register_variant(
-    "mapo-idr-reasoning",
-    "reasoning.enabled=true",
-    "rollout.max_new_tokens=160",
-    description="+ COMPEER structured reasoning and format reward (longer replies: the tags need room)",
-)
-register_variant("mapo-idr-hindsight", "rapo.hindsight=quantile", description="+ RAPO hindsight selection, its quantile proxy (|r| >= median)")
-register_variant("mapo-idr-distill", "rapo.distill=true", description="+ RAPO verbal self-distillation")
-register_variant(
-    "rapo-branching",
-    "rapo.branching=true",
-    "rapo.distill=true",
-    description="RAPO: one-turn lookahead groups ranked by the offline ranker, plus self-distillation",
-)
-
-DEFAULT_VARIANTS = ("mapo-idr", "mapo-adr", "turn-idr", "batch-idr", "grpo-idr", "reinforce_pp-idr")
 
 
 # Common training settings of the default ablation, sized so 6 variants x 3 seeds + the base
@@ -272,46 +209,13 @@ def quick_plan() -> AblationPlan:
     )
 
 
-# The learning study (issue #18): long dialogues, whole replies (the default run's 96 tokens and
-# 3 sentences, at most 20 % cut), 5 seeds, the same rollout budget for every variant. The batch
-# size and steps are provisional until sized by measurement (docs/results.md).
-# Sized for 2 shared cores (docs/results.md has the arithmetic): one scenario x 4 dialogues x 6
-# turns is 24 replies a step, the default run's count at twice its horizon; 10 steps a run.
-STUDY_TRAIN = (
-    "rollout.scenarios_per_step=1",
-    "rollout.samples_per_scenario=4",
-    "rollout.max_turns=6",
-    "rollout.max_new_tokens=96",
-    "rollout.max_sentences=3",
-    "optim.micro_batch_tokens=1024",
-    "checkpoint_every=2",
-    "transcripts_every=4",
-)
-STUDY_BENCH_DATA = "../shared/data"  # where this project's checkouts keep the authors' files (--bench-data)
-
-
-def study_plan() -> AblationPlan:
-    """MAPO against GRPO, turn-only and batch-only on IDR, 5 seeds, 6-turn training dialogues;
-    held-out eval on the 12 test cards x 2 dialogues at 13 turns; EQ-Bench v2 and EmoBench on
-    the base, GRPO and MAPO."""
-    return AblationPlan(
-        variants=["mapo-idr", "grpo-idr", "turn-idr", "batch-idr"],
-        seeds=[0, 1, 2, 3, 4],
-        steps=10,
-        train=list(STUDY_TRAIN),
-        eval=EvalBudget(scenarios="test", samples=2, max_turns=13, max_new_tokens=96, max_sentences=3),
-        benchmarks=BenchmarkBudget(targets=["base", "grpo-idr", "mapo-idr"], data=STUDY_BENCH_DATA, limit=20),
-        name="study",
-    )
-
-
-# The learning study on the exact game (issue #28): the bundled twenty-questions settings (pool
-# 8, 2 secrets x 8 dialogues a step, the game's 7-turn limit, one short question a reply) with
-# the still-possible candidates listed after each answer (`show_candidates`: SmolLM2-135M cannot
-# keep the answers in mind, docs/games.md), started from a warm start given on the command line
-# (`--set policy.model=<mapo sft output>`: SmolLM2 does not play the game zero-shot); held-out
-# on the 20 test secrets x 8 dialogues, the optimal and random players beside every evaluation,
-# and every 5 steps on 2 dialogues a secret (the held-out curve: where success levels off).
+# The questioning game template: the bundled twenty-questions settings (pool 8, 2 secrets x 8
+# dialogues a step, the game's 7-turn limit, one short question a reply) with the still-possible
+# candidates listed after each answer (`show_candidates`: a 135M policy cannot keep the answers in
+# mind, docs/games.md), started from a warm start given on the command line (`--set
+# policy.model=<mapo sft output>`: SmolLM2 does not play the game zero-shot); held-out on the 20
+# test secrets x 8 dialogues, the optimal and random players beside every evaluation, and every 5
+# steps on 2 dialogues a secret (the held-out curve: where success levels off).
 GAME_TRAIN = (
     "env.name=twenty-questions",
     "env.options={pool_size: 8, show_candidates: true}",
@@ -340,106 +244,19 @@ def game_plan() -> AblationPlan:
     )
 
 
-# The game with a lost game scored as no progress (`forfeit_on_failure`): IDR read turn by turn
-# pays a wrong guess the candidate it removes, so a blind guess among few candidates out-earns
-# a good question (docs/games.md); forfeiting returns the need to its start when the game is
-# lost, so a losing dialogue's rewards sum to 0. The same settings as "game" otherwise.
-GAME_FORFEIT_OPTIONS = {"pool_size": 8, "show_candidates": True, "forfeit_on_failure": True}
-
-
-def _with_env_options(train: list[str], options: dict[str, Any]) -> list[str]:
-    """The training settings with their `env.options=` setting replaced by `options` (YAML flow)."""
+def with_env_options(plan: AblationPlan, options: dict[str, Any], name: str) -> AblationPlan:
+    """`plan` renamed `name`, training and evaluated on the environment `options` (its training
+    settings' `env.options=` replaced by them, in YAML flow): the game template under other rules."""
     flow = ", ".join(f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in options.items())
-    return [f"env.options={{{flow}}}" if setting.startswith("env.options=") else setting for setting in train]
+    train = [f"env.options={{{flow}}}" if setting.startswith("env.options=") else setting for setting in plan.train]
+    return dataclasses.replace(plan, train=train, eval=dataclasses.replace(plan.eval, env_options=dict(options)), name=name)
 
 
-def game_forfeit_plan() -> AblationPlan:
-    """The game plan's grid (MAPO, GRPO, turn-only, batch-only and RLOO on IDR, MAPO on the outcome)
-    and MAPO without the T_min cut (MAPO's cut leaves half the guesses untrained), 5 seeds, on the
-    questioning game with lost games forfeited."""
-    plan = game_plan()
-    plan.variants = ["mapo-idr", "grpo-idr", "mapo_ragged-idr", "turn-idr", "batch-idr", "rloo-idr", "mapo-outcome"]
-    plan.train = _with_env_options(plan.train, GAME_FORFEIT_OPTIONS)
-    plan.eval.env_options = dict(GAME_FORFEIT_OPTIONS)
-    plan.name = "game-forfeit"
-    return plan
-
-
-# The game with a timed-out game forfeited too (`forfeit_on_timeout`): with lost games alone
-# forfeited, a policy that narrows the pool to one candidate and never names it keeps 3 of 4 bits,
-# and one seed of each estimator learned to (docs/results.md, 2026-11-26); now only a solve pays.
-GAME_TIMEOUT_OPTIONS = {**GAME_FORFEIT_OPTIONS, "forfeit_on_timeout": True}
-
-
-def game_timeout_plan() -> AblationPlan:
-    """The game-forfeit plan with a game that runs out of turns unsolved forfeited as a lost one:
-    its five IDR variants, 3 seeds."""
-    plan = game_forfeit_plan()
-    plan.variants, plan.seeds = ["mapo-idr", "grpo-idr", "mapo_ragged-idr", "turn-idr", "batch-idr"], [0, 1, 2]
-    plan.train = _with_env_options(plan.train, GAME_TIMEOUT_OPTIONS)
-    plan.eval.env_options = dict(GAME_TIMEOUT_OPTIONS)
-    plan.name = "game-timeout"
-    return plan
-
-
-# The game with the turn budget shown (`show_turns_left`): with timeouts forfeited, RL learned to
-# guess by candidates left alone, at 4 candidates with 6 replies left as with 1 left, since the
-# policy could not see the budget (docs/results.md, 2026-11-27); shown, guessing on the last reply
-# is learnable (the reference players do it, so a warm start built from their games recorded with
-# the budget shown does: docs/games.md) and an early gamble no longer stands in for it.
-GAME_TURNS_OPTIONS = {**GAME_TIMEOUT_OPTIONS, "show_turns_left": True}
-
-
-def game_turns_plan() -> AblationPlan:
-    """The game plan's grid and MAPO without the T_min cut, all at learning rate 2e-4 (the steadier
-    rate on this game), 5 seeds, on the game-timeout settings with the replies left shown."""
-    plan = game_forfeit_plan()
-    plan.variants = ["mapo-idr-lr2e-4", "grpo-idr-lr2e-4", "mapo_ragged-idr-lr2e-4", "turn-idr-lr2e-4",
-                     "batch-idr-lr2e-4", "rloo-idr-lr2e-4", "mapo-outcome-lr2e-4"]
-    plan.train = _with_env_options(plan.train, GAME_TURNS_OPTIONS)
-    plan.eval.env_options = dict(GAME_TURNS_OPTIONS)
-    plan.name = "game-turns"
-    return plan
-
-
-def game_alpha_plan() -> AblationPlan:
-    """The alpha sweep on the game-forfeit settings: MAPO's turn-level share of the mix at 0 (batch
-    only), 0.25, 0.5 (MAPO), 0.75 and 1 (turn only), 3 seeds."""
-    plan = game_forfeit_plan()
-    plan.variants = ["batch-idr", "mapo-a0.25-idr", "mapo-idr", "mapo-a0.75-idr", "turn-idr"]
-    plan.seeds = [0, 1, 2]
-    plan.name = "game-alpha"
-    return plan
-
-
-def game_turns_alpha_plan() -> AblationPlan:
-    """The alpha sweep on the game-turns settings: MAPO's turn-level share of the mix at 0 (batch
-    only), 0.25, 0.5 (MAPO), 0.75 and 1 (turn only), at learning rate 2e-4, 3 seeds."""
-    plan = game_turns_plan()
-    plan.variants = ["batch-idr-lr2e-4", "mapo-a0.25-idr-lr2e-4", "mapo-idr-lr2e-4", "mapo-a0.75-idr-lr2e-4",
-                     "turn-idr-lr2e-4"]
-    plan.seeds = [0, 1, 2]
-    plan.name = "game-turns-alpha"
-    return plan
-
-
-def game_lr_plan() -> AblationPlan:
-    """MAPO and GRPO each at learning rates 5e-4 and 2e-4 on the game-forfeit settings, seeds 3-7:
-    the rate that suits one estimator's gradients need not suit the other's, so a comparison of
-    estimators needs each at more than one (docs/results.md, 2026-11-27)."""
-    plan = game_forfeit_plan()
-    plan.variants = ["mapo-idr", "grpo-idr", "mapo-idr-lr2e-4", "grpo-idr-lr2e-4"]
-    plan.seeds = [3, 4, 5, 6, 7]  # those of the first lr 2e-4 runs, copied in (docs/study/game-lr)
-    plan.name = "game-lr"
-    return plan
-
-
-# Empathy from the warm start (issue #28, part 2): MAPO against GRPO from a `mapo sft` checkpoint
-# given on the command line (`--set policy.model=<sft output>/final`), 5 seeds, one scenario x 8
-# dialogues x 8 turns a step, the default run's whole replies, 30 steps; held-out as the study's
-# (12 test cards x 2 dialogues x 13 turns), with a check at steps 10 and 20 on one dialogue a card.
-# About 2 CPU-hours a run here: a plan for a GPU.
-EMPATHY_WARM_TRAIN = (
+# The empathy template from a supervised warm start (`--set policy.model=<mapo sft output>/final`):
+# MAPO against GRPO, 5 seeds, one scenario x 8 dialogues x 8 turns a step, the default run's whole
+# replies, 30 steps; held-out on the 12 test cards x 2 dialogues x 13 turns, with a check at steps 10
+# and 20 on one dialogue a card. About 2 CPU-hours a run on 2 cores: a plan for a GPU.
+EMPATHY_TRAIN = (
     "rollout.scenarios_per_step=1",
     "rollout.samples_per_scenario=8",
     "rollout.max_turns=8",
@@ -451,33 +268,56 @@ EMPATHY_WARM_TRAIN = (
 )
 
 
-def empathy_warm_plan() -> AblationPlan:
+def empathy_plan() -> AblationPlan:
     """MAPO against GRPO on IDR, 5 seeds, from a supervised warm start on the empathy task."""
     return AblationPlan(
         variants=["mapo-idr", "grpo-idr"],
         seeds=[0, 1, 2, 3, 4],
         steps=30,
-        train=list(EMPATHY_WARM_TRAIN),
+        train=list(EMPATHY_TRAIN),
         eval=EvalBudget(scenarios="test", samples=2, max_turns=13, max_new_tokens=96, max_sentences=3),
         curve=CurveBudget(every=10, samples=1),
-        name="empathy-warm",
+        name="empathy",
     )
 
 
+# This project's studies' plans, moved beside their experiments: `--plan NAME` imports them from a
+# mapo checkout's root (the current folder is searched as `python -m` would, mapo.registry).
+MOVED_PLANS = {
+    "study": "experiments.empathy_study.plan:study_plan",
+    "empathy-warm": "experiments.empathy_warm.plan:empathy_warm_plan",
+    "game-forfeit": "experiments.game_forfeit.plan:game_forfeit_plan",
+    "game-alpha": "experiments.game_forfeit.plan:game_alpha_plan",
+    "game-lr": "experiments.game_forfeit.plan:game_lr_plan",
+    "game-timeout": "experiments.game_timeout.plan:game_timeout_plan",
+    "game-turns": "experiments.game_turns.plan:game_turns_plan",
+    "game-turns-alpha": "experiments.game_turns.plan:game_turns_alpha_plan",
+}
+
 # Named plans for `mapo ablate --plan NAME`: a factory returning a fresh AblationPlan. Plug-ins:
 # `PLANS.add`, an entry point of group "mapo.ablation_plans", or a "package.module:factory" path.
-PLANS: Registry[Callable[[], AblationPlan]] = Registry("ablation plan", group="mapo.ablation_plans")
+PLANS: Registry[Callable[[], AblationPlan]] = Registry("ablation plan", group="mapo.ablation_plans", builtins=MOVED_PLANS)
 PLANS.add("default", AblationPlan)
 PLANS.add("quick", quick_plan)
-PLANS.add("study", study_plan)
 PLANS.add("game", game_plan)
-PLANS.add("game-forfeit", game_forfeit_plan)
-PLANS.add("game-timeout", game_timeout_plan)
-PLANS.add("game-turns", game_turns_plan)
-PLANS.add("game-alpha", game_alpha_plan)
-PLANS.add("game-turns-alpha", game_turns_alpha_plan)
-PLANS.add("game-lr", game_lr_plan)
-PLANS.add("empathy-warm", empathy_warm_plan)
+PLANS.add("empathy", empathy_plan)
+
+
+def named_plan(name: str) -> AblationPlan:
+    """A fresh plan from the factory `name` resolves to; a moved study plan that cannot be imported
+    (mapo run outside a checkout) says where it lives now."""
+    try:
+        factory = PLANS.resolve(name)
+    except RegistryError as err:
+        if name not in MOVED_PLANS:
+            raise
+        module = MOVED_PLANS[name].partition(":")[0]
+        raise RegistryError(f"ablation plan {name!r} moved to {module.replace('.', '/')}.py in a mapo checkout: "
+                            f"run mapo from the checkout's root ({err})") from None
+    made = factory()
+    if not isinstance(made, AblationPlan):
+        raise ValueError(f"ablation plan {name!r} made a {type(made).__name__}, not an AblationPlan")
+    return made
 
 
 # `--set eval.samples=1`, `--set benchmarks.limit=10`, `--set curve.every=5` change the plan
@@ -512,10 +352,7 @@ def plan_for(
     "eval.", "benchmarks." or "curve." set the plan's fields, the others are training settings for every run.
 
     The benchmark folder is made absolute here, so plan.json names it wherever a resume runs."""
-    made = PLANS.resolve(name)()
-    if not isinstance(made, AblationPlan):
-        raise ValueError(f"ablation plan {name!r} made a {type(made).__name__}, not an AblationPlan")
-    data = made.to_dict()
+    data = named_plan(name).to_dict()
     data["name"] = name
     if variants:
         data["variants"] = list(variants)

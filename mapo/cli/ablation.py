@@ -20,16 +20,12 @@ def ablate(
     ] = None,
     quick: Annotated[bool, typer.Option("--quick", help="A few minutes: 2 estimators, 2 seeds, 2 tiny steps, short eval (= --plan quick).")] = False,
     plan_name: Annotated[
-        Optional[str], typer.Option("--plan", help="A named plan: default, quick, study (the learning study: 4 estimators x 5 seeds, "
-                                    "6-turn dialogues, benchmarks), game (the questioning game: 6 variants x 5 seeds from a warm start "
-                                    "given by --set policy.model=...), game-forfeit (the game's 6 variants and mapo_ragged "
-                                    "x 5 seeds, a lost game scored as no progress), game-timeout (its 5 IDR variants x 3 seeds with a "
-                                    "timed-out game lost too), game-turns (the game's 6 variants and mapo_ragged at lr 2e-4 x 5 "
-                                    "seeds with the replies left shown too), game-alpha (MAPO's alpha at 0, 0.25, 0.5, 0.75, 1 on the "
-                                    "forfeit settings, 3 seeds), game-turns-alpha (the same on the game-turns settings), game-lr "
-                                    "(MAPO and GRPO each at learning rates 5e-4 and 2e-4 on the forfeit settings, seeds 3-7), "
-                                    "empathy-warm (mapo and grpo x 5 seeds from an SFT checkpoint given the same way), or a "
-                                    "plug-in's (mapo.ablate.PLANS).")
+        Optional[str], typer.Option("--plan", help="A named plan: default, quick, game (the questioning game: 6 variants x 5 seeds "
+                                    "from a warm start given by --set policy.model=...), empathy (mapo and grpo x 5 seeds from an "
+                                    "SFT checkpoint given the same way), a plug-in's (mapo.ablate.PLANS) or a 'package.module:factory' "
+                                    "path. This project's studies' plans (study, empathy-warm, game-forfeit, game-alpha, game-lr, "
+                                    "game-timeout, game-turns, game-turns-alpha) live in experiments/<study>/plan.py and resolve "
+                                    "by name from a mapo checkout's root.")
     ] = None,
     bench_data: Annotated[
         Optional[Path], typer.Option("--bench-data", help="Folder with eqbench/ and emobench/ (the authors' files) for plans "

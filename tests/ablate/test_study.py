@@ -12,7 +12,10 @@ from typer.testing import CliRunner
 from cli_output import flat
 from fixture_paths import FIXTURES
 
-from mapo.ablate import PLANS, AblationPlan, CurveBudget, Unit, check_plan, plan_for, run_ablation, study_plan, unit_overrides
+from experiments.empathy_study.plan import study_plan
+from mapo.ablate import PLANS, AblationPlan, CurveBudget, Unit, check_plan, plan_for, run_ablation, unit_overrides
+from mapo.ablate.plan import MOVED_PLANS
+from mapo.registry import RegistryError
 from mapo.ablate.benchmarks import BENCH_METRICS, bench_metrics, pending, run_benchmarks
 from mapo.ablate.runner import eval_spec
 from mapo.ablate.state import bench_dir, read_bench
@@ -110,6 +113,24 @@ def test_plans_are_named_in_a_registry_a_user_can_extend():
         PLANS.remove("tiny-test-plan")
     with pytest.raises(ValueError, match="unknown ablation plan 'nope'.*study"):
         plan_for("nope")
+
+
+def test_the_library_keeps_templates_and_the_studies_plans_resolve_from_their_experiments(monkeypatch):
+    import mapo.ablate.plan as library
+
+    assert not [name for name in dir(library) if name.endswith("_plan") and name.startswith(("study", "game_", "empathy_warm"))
+                and name != "game_plan"]  # no dated plan left in the library
+    for name, path in MOVED_PLANS.items():  # each old name, from the checkout, to its experiment's factory
+        assert plan_for(name).name == name and path.startswith("experiments.")
+    assert plan_for("empathy-warm").to_dict() == {**plan_for("empathy").to_dict(), "name": "empathy-warm"}
+    game, turns = plan_for("game"), plan_for("game-turns")
+    assert {**turns.to_dict(), "variants": None, "train": None, "eval": None, "name": None} == {
+        **game.to_dict(), "variants": None, "train": None, "eval": None, "name": None}
+    # a moved plan that cannot be imported (mapo run outside a checkout) says where it went
+    monkeypatch.setitem(MOVED_PLANS, "gone", "experiments.no_such_study.plan:gone_plan")
+    monkeypatch.setitem(PLANS.builtins, "gone", MOVED_PLANS["gone"])
+    with pytest.raises(RegistryError, match=r"'gone' moved to experiments/no_such_study/plan.py in a mapo checkout"):
+        plan_for("gone")
 
 
 def test_options_override_the_named_plan_and_plan_fields_go_through_set(tmp_path):
