@@ -214,6 +214,7 @@ def _links(run_dir: Path, transcript_view: Path | None) -> str:
         ("transcripts.jsonl", "all transcripts (JSONL)"),
         ("transcripts.jsonl.gz", "all transcripts (JSONL, compressed)"),
         ("metrics.jsonl", "metrics (JSONL)"),
+        ("metrics.jsonl.gz", "metrics (JSONL, compressed)"),
         ("config.yaml", "resolved config"),
         ("final", "trained policy"),
     ):

@@ -147,7 +147,8 @@ def test_an_archived_run_s_gzipped_metrics_and_eval_read_like_plain_ones(tmp_pat
     packed = write_run(tmp_path / "packed", keys=["reward_mean", "env_success_rate"], steps=4, cut_last_line=True)
     gzip_in_place(packed / "metrics.jsonl")
     assert read_metrics(packed) == read_metrics(plain) == RunFolder(packed).read_metrics() and len(read_metrics(packed)) == 4
-    assert "4 logged steps" in write_report(packed).read_text()
+    page = write_report(packed).read_text()
+    assert "4 logged steps" in page and "href='metrics.jsonl.gz'" in page
     assert read_metrics(tmp_path / "nope") == [] and not (tmp_path / "nope").exists()  # reading creates nothing
     evaluation = tmp_path / "eval"
     evaluation.mkdir()
