@@ -12,10 +12,11 @@ from typer.testing import CliRunner
 from cli_output import flat
 from fixture_paths import FIXTURES
 
-from experiments.empathy_study.plan import study_plan
 from mapo.ablate import PLANS, AblationPlan, CurveBudget, Unit, check_plan, plan_for, run_ablation, unit_overrides
 from mapo.ablate.plan import MOVED_PLANS
 from mapo.registry import RegistryError
+
+study_plan = PLANS.resolve("study")  # experiments/empathy_study/plan.py, found from the checkout's root as `mapo` finds it
 from mapo.ablate.benchmarks import BENCH_METRICS, bench_metrics, pending, run_benchmarks
 from mapo.ablate.runner import eval_spec
 from mapo.ablate.state import bench_dir, read_bench
