@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+Nested = list[list[list[float | None]]]
+"""Per-turn values of a batch, [group][trajectory][turn]: advantages (None = that turn gets no loss)."""
+
 AXES: tuple[str, str, str] = ("C", "A", "P")
 """EMPA's need axes: cognitive, affective, proactive."""
 

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mapo.ablate.intervals import BOOTSTRAP_SEED, RESAMPLES
 from mapo.ablate.stats import METRICS, PAIRED_REFERENCE
+from mapo.intervals import BOOTSTRAP_SEED, RESAMPLES
 
 CI_NOTE = "* the 95 % interval excludes 0."
 
