@@ -21,12 +21,14 @@ import torch
 from tiny_policy import SIGTERM_IN_UPDATE, ToyEnvironment, tiny_policy, toy_scenarios
 from typer.testing import CliRunner
 
+from mapo.advantages import AdvantageSpec, compute_advantages
 from mapo.backends.endpoint import BackendUnavailable, ChatBackendConfig
 from mapo.backends.openai_compat import ChatBackend
 from mapo.cli import app
-from mapo.config import AdvantageSpec, TrainConfig, load_config
+from mapo.config import TrainConfig, load_config
 from mapo.losses import LossSpec, packed_sequence
 from mapo.rollout import RolloutSpec, rollout
+from mapo.rewards import fill_rewards
 from mapo.run_folder import RunFolder
 from mapo.testing.fault_proxy import (
     CONTENT_FAULTS,
@@ -37,7 +39,7 @@ from mapo.testing.fault_proxy import (
 from mapo.testing.judge_server import JudgeServer
 from mapo.records import RUNTIME_KEYS
 from mapo.trainer import train
-from mapo.update import compute_advantages, fill_rewards, update
+from mapo.update import update
 
 TINY = [
     "policy.model=tiny",
@@ -200,7 +202,7 @@ def _assert_same_run(got, want):
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
-    out = train(load_config(None, CRASH), output=tmp_path_factory.mktemp("full") / "run", show_progress=False)
+    out = train(load_config(None, CRASH), output=tmp_path_factory.mktemp("full") / "run", show_progress=False).run_dir
     return RunFolder(out).read_metrics()
 
 
@@ -303,7 +305,7 @@ def test_sigkill_during_a_checkpoint_write_then_resume_reproduces_the_run(tmp_pa
     run = RunFolder(out)
     assert [p.name for p in run.list_checkpoints()] == []  # checkpoint_every=2: step 2 was the first
     _assert_folder_sound(out)
-    resumed = train(resume=out, show_progress=False)
+    resumed = train(resume=out, show_progress=False).run_dir
     assert not list((out / "checkpoints").glob(".tmp-*"))  # the torn write was cleared away
     _assert_same_run(RunFolder(resumed).read_metrics(), uninterrupted)
     _assert_folder_sound(out)
@@ -313,12 +315,12 @@ def test_sigkill_during_a_checkpoint_write_then_resume_reproduces_the_run(tmp_pa
 def test_resume_keeps_the_ema_teacher_of_self_distillation(tmp_path):
     """RAPO's EMA teacher lives between steps: a resumed run must restore it, not restart it."""
     settings = [*CRASH, "rapo.distill=true", "rapo.distill_teacher=ema", "checkpoint_every=2", "keep_checkpoints=2"]
-    full = RunFolder(train(load_config(None, settings), output=tmp_path / "full", show_progress=False))
+    full = RunFolder(train(load_config(None, settings), output=tmp_path / "full", show_progress=False).run_dir)
     assert all(m["distill_replies"] > 0 for m in full.read_metrics())
     cut = tmp_path / "cut"
     shutil.copytree(full.path, cut)
     shutil.rmtree(cut / "checkpoints" / "step-000004")  # as if killed after step 2's checkpoint
-    resumed = RunFolder(train(resume=cut, show_progress=False))
+    resumed = RunFolder(train(resume=cut, show_progress=False).run_dir)
     _assert_same_run(resumed.read_metrics(), full.read_metrics())
 
 
@@ -341,7 +343,7 @@ def test_ctrl_c_or_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, uninte
     assert f"Interrupted after step {steps[-1]}; checkpoint saved" in output and f"--resume {out}" in output
     assert last is not None and last.name == f"step-{steps[-1]:06d}" and steps == list(range(1, steps[-1] + 1))
     _assert_folder_sound(out)
-    resumed = train(resume=out, show_progress=False)
+    resumed = train(resume=out, show_progress=False).run_dir
     _assert_same_run(RunFolder(resumed).read_metrics(), uninterrupted)
 
 
@@ -428,7 +430,7 @@ def test_sigkill_at_random_points_never_corrupts_the_run(tmp_path):
     """Five SIGKILLs at seeded random moments once training is under way (the third one in the middle of
     a checkpoint write), each followed by --resume; the run folder stays sound after every kill and the
     finished run equals an uninterrupted one."""
-    reference = RunFolder(train(load_config(None, LONG), output=tmp_path / "reference", show_progress=False))
+    reference = RunFolder(train(load_config(None, LONG), output=tmp_path / "reference", show_progress=False).run_dir)
     step_seconds = float(np.median([m["step_time"] for m in reference.read_metrics()]))
     out = tmp_path / "run"
     rng = np.random.default_rng(11)

@@ -305,7 +305,7 @@ def test_a_killed_run_resumes_to_the_uninterrupted_result(tmp_path):
 def test_a_training_config_chains_sft_then_rl_and_a_resume_skips_the_done_sft(tmp_path):
     overrides = [*TINY, "sft.max_steps=2", "env.name=toy-test", "steps=1", "rollout.engine=hf", "rollout.max_turns=2",
                  "rollout.max_new_tokens=6", "rollout.scenarios_per_step=1", "rollout.samples_per_scenario=2"]
-    run = train(load_config(None, overrides), output=tmp_path / "run", show_progress=False)
+    run = train(load_config(None, overrides), output=tmp_path / "run", show_progress=False).run_dir
     sft_metrics = (run / "sft" / "metrics.jsonl").read_text()
     assert [m["step"] for m in RunFolder(run / "sft").read_metrics()] == [0, 1, 2]
     assert load_config(run / "config.yaml").policy.model == "tiny"  # the config as written: SFT's starting point

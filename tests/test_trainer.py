@@ -103,8 +103,7 @@ def test_minibatches_and_epochs_take_that_many_optimizer_steps():
 
 
 def test_the_first_optimizer_step_under_bf16_has_a_ratio_of_exactly_one():
-    from mapo.losses import policy_loss
-    from mapo.update import with_trainer_logprobs
+    from mapo.update import batch_loss, with_trainer_logprobs
 
     policy = tiny_policy(lora=True, dtype="bf16-mixed")
     traj = _one_trajectory(policy)
@@ -118,7 +117,7 @@ def test_the_first_optimizer_step_under_bf16_has_a_ratio_of_exactly_one():
     given = with_trainer_logprobs(policy, seqs, 2048, 1.0)
     chosen = sorted(given, key=lambda s: len(s.input_ids))
     n = sum(s.n_trained for s in chosen)
-    terms = policy_loss(policy, collate(chosen, policy.pad_id), LossSpec(), n, 1.0, importance="given")
+    terms = batch_loss(policy, collate(chosen, policy.pad_id), LossSpec(), n, 1.0, importance="given")
     assert terms.sums["ratio"] == n and terms.sums["kl_old"] == 0.0
 
 
@@ -134,6 +133,21 @@ def test_a_bf16_run_takes_pi_old_from_its_own_forward_and_says_how_it_computes(t
     assert lines[0].startswith("torch threads: 1, threads: 1 as configured")
     assert lines[1].startswith("policy precision: bfloat16 autocast over float32 weights")
     assert lines[2].startswith("rollout engine: hf")
+
+
+def test_train_returns_its_summary_and_the_cli_prints_it_after_a_resume_too(tmp_path):
+    out = tmp_path / "run"
+    runner = CliRunner()
+    first = runner.invoke(app, ["train", "--output", str(out), *sum((["--set", s] for s in [*TINY, "steps=1"]), [])])
+    assert first.exit_code == 0, first.output
+    (step1,) = RunFolder(out).read_metrics()
+    assert f"reward_mean: step 1 {step1['reward_mean']:+.3f}, step 1 {step1['reward_mean']:+.3f}" in first.output
+    resumed = runner.invoke(app, ["train", "--resume", str(out), "--set", "steps=2"])
+    assert resumed.exit_code == 0, resumed.output
+    step2 = RunFolder(out).read_metrics()[-1]
+    # the summary covers the steps before the resume, which the resumed process never ran
+    assert f"reward_mean: step 1 {step1['reward_mean']:+.3f}, step 2 {step2['reward_mean']:+.3f}" in resumed.output
+    assert f"Run folder: {out}" in resumed.output and f"--model tiny --output {out}/eval-base" in resumed.output
 
 
 @pytest.mark.parametrize("setting", [None, "idle", 1, 3])
@@ -292,8 +306,8 @@ def test_kill_and_resume_reproduces_the_uninterrupted_run(tmp_path):
     assert [p.name for p in run.list_checkpoints()] == ["step-000002"]
     # a torn tmp folder from a crash mid-write must not count as a checkpoint
     (run.checkpoints / ".tmp-step-000003-1").mkdir()
-    resumed = train(resume=killed, show_progress=False)
-    full = train(load_config(None, overrides), output=tmp_path / "full", show_progress=False)
+    resumed = train(resume=killed, show_progress=False).run_dir
+    full = train(load_config(None, overrides), output=tmp_path / "full", show_progress=False).run_dir
     got, want = _comparable(RunFolder(resumed).read_metrics()), _comparable(RunFolder(full).read_metrics())
     assert [m["step"] for m in got] == [1, 2, 3]
     _assert_close(got, want)
