@@ -51,6 +51,7 @@ from mapo.reliability import (
     pause_for_test,
     role_metrics,
 )
+from mapo.report.run import write_report
 from mapo.rewards import fill_rewards
 from mapo.rollout import rollout
 from mapo.run_folder import RunFolder, open_run
@@ -359,8 +360,6 @@ class Trainer:
                     success=f"{metrics['success_rate']:.0%}",
                 )
         self.policy.save_pretrained(run.path / "final")
-        from mapo.evaluate.report import write_report
-
         tracking.finish(write_report(run.path), run.path / "final")  # report.html: the run's curves, with links
         if self._stop_requested:  # it landed in the last step, which finished: the caller must still stop
             raise TrainingInterrupted(run.path, self.step, finished=True)

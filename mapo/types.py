@@ -94,6 +94,20 @@ class Trajectory:
         return len(self.turns)
 
 
+OUTCOMES = ("success", "failure", "timeout", "other")
+"""How a dialogue ended, as its evaluation counts it (`outcome_of` its done_reason)."""
+
+
+def outcome_of(done_reason: str | None) -> str:
+    """The outcome class of a dialogue's ending reason: success, failure, timeout (a time or turn
+    limit) or other."""
+    if done_reason in ("success", "failure"):
+        return done_reason
+    if done_reason in ("timeout", "max_turns"):
+        return "timeout"
+    return "other"
+
+
 @dataclass
 class Group:
     """N trajectories sampled from the same scenario: the unit of normalisation."""

@@ -33,7 +33,7 @@ class Table:
         return "\n".join(lines + ([f"\n{self.note}"] if self.note else [])) + "\n"
 
     def html(self) -> str:
-        from mapo.evaluate.html import esc
+        from mapo.report.html import esc
 
         def cells(row: Sequence[str], tag: str) -> str:
             return "".join(f"<{tag}{' class=num' if i >= self.numeric_from else ''}>"

@@ -22,8 +22,8 @@ from typing import Any
 
 from mapo.degeneracy import HACKING_HIGHER_IS_BETTER, HACKING_LABELS
 from mapo.evaluate.empa import EPMQ_KEYS, monitor_figures
-from mapo.evaluate.html import esc, page
 from mapo.evaluate.validity import verdict_of
+from mapo.report.html import esc, page
 from mapo.validation import compressed_or_plain, read_records
 
 

@@ -34,6 +34,7 @@ from mapo.model_source import resolve_source
 from mapo.policy import Policy, load_policy
 from mapo.progress import progress_bar
 from mapo.reliability import TrainingInterrupted
+from mapo.report.run import write_report
 from mapo.run_folder import RunFolder, open_run, write_folder
 from mapo.runtime import configure_threads, read_trainer_state, seed_everything, step_seed, write_trainer_state
 from mapo.sft.data import train_and_held_out
@@ -233,8 +234,6 @@ class SftTrainer:
             if self.policy.lora:  # before the merge below: the adapter alone, to commit or share
                 write_folder(run.path / ADAPTER_DIR, self.policy.save_pretrained)
             final = export_model(self.policy, run.path / FINAL)
-            from mapo.evaluate.report import write_report
-
             tracking.finish(write_report(run.path), final)
         if self._stop_requested:  # Ctrl-C in the last step, which finished: the caller must still stop
             raise TrainingInterrupted(run.path, self.step, finished=True)
