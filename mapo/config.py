@@ -245,10 +245,14 @@ _NOT_SET = object()
 
 def _merged_free_form(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     """`update` laid over `base` key by key, nested mappings too: `--set env.options.roles.judge.path=X`
-    after `--set env.options.roles.judge.kind=learned` keeps the kind (a leaf or a non-mapping replaces)."""
+    after `--set env.options.roles.judge.kind=learned` keeps the kind, and so it does after
+    `roles.judge=learned`: a name is short for {kind: name} (a plug-in spec's convention). A leaf, or
+    a mapping over anything else, replaces."""
     merged = dict(base)
     for key, value in update.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+        if isinstance(value, dict) and isinstance(merged.get(key), str) and "kind" not in value:
+            merged[key] = {"kind": merged[key], **value}
+        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
             merged[key] = _merged_free_form(merged[key], value)
         else:
             merged[key] = value

@@ -1,10 +1,10 @@
-"""The RL loop: rollout -> rewards -> advantages -> update -> log -> checkpoint.
+"""The RL loop: rollout -> rewards -> advantages -> loss -> optimizer -> log -> checkpoint.
 
 Each step samples B scenarios (deterministically from seed and step), rolls out N
 dialogues per scenario, turns distances into per-turn rewards (mapo.rewards), gets
-advantages from any registered estimator over the whole batch (mapo.advantages), and
-updates the policy on one packed sequence per trajectory with the clipped surrogate
-(mapo.update, mapo.losses). Optional methods (RAPO, COMPEER) attach through the hooks
+advantages from any registered estimator over the whole batch (mapo.advantages), packs
+one sequence per trajectory and updates the policy with the clipped surrogate on its
+log-probs (mapo.losses, mapo.update). Optional methods (RAPO, COMPEER) attach through the hooks
 of mapo.methods.base. Every random draw of step k is seeded from (seed, k), so a run
 resumed from a checkpoint continues exactly as the uninterrupted run would have.
 """

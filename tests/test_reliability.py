@@ -40,6 +40,7 @@ from mapo.testing.judge_server import JudgeServer
 from mapo.records import RUNTIME_KEYS
 from mapo.trainer import train
 from mapo.update import update
+from mapo.validation import intact_records
 
 TINY = [
     "policy.model=tiny",
@@ -425,28 +426,41 @@ def test_ctrl_c_at_the_terminal_stops_the_trainer_not_the_engine_worker(tmp_path
 LONG = [*CRASH, "steps=16", "checkpoint_every=1"]
 
 
+def _logged_steps(path: Path) -> set[int]:
+    """The steps a run's log holds (a line cut by a kill left out)."""
+    return {r["step"] for r in intact_records(path, "log")} if path.is_file() else set()
+
+
 @pytest.mark.slow
 def test_sigkill_at_random_points_never_corrupts_the_run(tmp_path):
-    """Five SIGKILLs at seeded random moments once training is under way (the third one in the middle of
-    a checkpoint write), each followed by --resume; the run folder stays sound after every kill and the
-    finished run equals an uninterrupted one."""
+    """Five SIGKILLs at seeded random points of the run, each followed by --resume: right after a
+    step's transcripts, its metrics or its checkpoint appear (a step or two ahead), and once in the
+    middle of a checkpoint write. Each point is an event seen in the run folder, not a time, so the
+    kills land alike on a fast or a busy machine. The run folder stays sound after every kill and
+    the finished run equals an uninterrupted one."""
     reference = RunFolder(train(load_config(None, LONG), output=tmp_path / "reference", show_progress=False).run_dir)
-    step_seconds = float(np.median([m["step_time"] for m in reference.read_metrics()]))
     out = tmp_path / "run"
     rng = np.random.default_rng(11)
-    steps_done = lambda: len(RunFolder(out).read_metrics()) if (out / "metrics.jsonl").exists() else 0
-    progress = []
+    events = {
+        "transcripts": lambda step: step in _logged_steps(out / "transcripts.jsonl"),
+        "metrics": lambda step: step in _logged_steps(out / "metrics.jsonl"),
+        "checkpoint": lambda step: (out / "checkpoints" / f"step-{step:06d}").is_dir(),
+    }
+    progress, kinds = [], []
     for attempt in range(5):
         mid_checkpoint = attempt == 2
-        done = steps_done()
+        # what a kill left past the last checkpoint counts as done: the resume rewrites it, so no event is stale
+        done = max(_logged_steps(out / "metrics.jsonl") | _logged_steps(out / "transcripts.jsonl"), default=0)
         extra = {"MAPO_TEST_PAUSE_IN_CHECKPOINT": str(done + 1)} if mid_checkpoint else {}
         proc = _spawn(out, extra, resume=(out / "config.yaml").exists(), settings=LONG)
         try:
             if mid_checkpoint:
+                kinds.append("mid-checkpoint")
                 _wait_for(lambda: any((out / "checkpoints").glob(".tmp-step-*/PAUSED")), proc)
-            else:  # once this process has finished a step, anywhere in the next step or two
-                _wait_for(lambda: steps_done() > done, proc)
-                time.sleep(float(rng.uniform(0.0, 1.5 * step_seconds)))
+            else:
+                kind, step = str(rng.choice(list(events))), done + int(rng.integers(1, 3))
+                kinds.append(kind)
+                _wait_for(lambda: events[kind](step), proc)
             assert proc.poll() is None, f"attempt {attempt}: the run finished before it could be killed"
             proc.kill()
             proc.wait(timeout=60)
@@ -456,6 +470,7 @@ def test_sigkill_at_random_points_never_corrupts_the_run(tmp_path):
         _assert_folder_sound(out)
         progress.append(len(RunFolder(out).read_metrics()))
     assert progress[-1] < 16 and len(set(progress)) > 1, progress  # the kills landed at different points of the run
+    assert len(set(kinds)) > 2, kinds
     train(resume=out, show_progress=False)
     _assert_folder_sound(out)
     assert not list((out / "checkpoints").glob(".tmp-*"))

@@ -205,6 +205,22 @@ def test_config_errors_name_the_key(tmp_path):
         "roles": {"judge": "offline"}}
 
 
+def test_a_nested_role_override_works_as_the_whole_mapping_does():
+    from mapo.envs.base import environment_factory
+
+    # options alone tune the default (offline) role, as {kind: offline, first_stage: 3} does
+    nested = load_config(None, ["env.options.roles.director.first_stage=3"])
+    whole = load_config(None, ["env.options.roles.director={kind: offline, first_stage: 3}"])
+    for config in (nested, whole):
+        env = environment_factory(config.env.name, config.env.options)()
+        assert type(env.director).__name__ == "RuleDirector" and env.director.first_stage == 3
+    # after a kind given by name, a nested key keeps that kind
+    named = load_config(None, ["env.options.roles.judge=learned", "env.options.roles.judge.path=j"]).env.options
+    assert named == {"roles": {"judge": {"kind": "learned", "path": "j"}}}
+    with pytest.raises(ValueError, match="roles.judge: OfflineJudge"):  # an option the kind does not take still fails
+        environment_factory("empathy", {"roles": {"judge": {"first_stage": 3}}})()
+
+
 def test_cli_reports_bad_config_and_missing_model(tmp_path):
     runner = CliRunner()
     result = runner.invoke(app, ["train", "--set", "rollout.bogus=1"])
