@@ -8,6 +8,8 @@ layout (for the benchmark and the equivalence test).
 Loss = -sum over trained tokens of min(rho A, clip(rho, 1 - eps_low, 1 + eps_high) A),
 divided by the number of trained tokens of the whole (mini)batch, so micro-batches
 summed give exactly the token-mean; plus beta * KL (k3 estimator) to the reference.
+`policy_loss` computes it from log-prob tensors and a mask alone; the forward passes that
+give them are the update's (mapo.update.batch_loss). Nothing here runs a model.
 """
 
 from __future__ import annotations
