@@ -344,8 +344,12 @@ def test_ctrl_c_or_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, uninte
     assert f"Interrupted after step {steps[-1]}; checkpoint saved" in output and f"--resume {out}" in output
     assert last is not None and last.name == f"step-{steps[-1]:06d}" and steps == list(range(1, steps[-1] + 1))
     _assert_folder_sound(out)
-    resumed = train(resume=out, show_progress=False).run_dir
-    _assert_same_run(RunFolder(resumed).read_metrics(), uninterrupted)
+    result = train(resume=out, show_progress=False)
+    metrics = RunFolder(result.run_dir).read_metrics()
+    _assert_same_run(metrics, uninterrupted)
+    # the summary covers the steps before the resume too, which this process never ran
+    first, last = metrics[0], metrics[-1]
+    assert result.summary[0] == f"reward_mean: step 1 {first['reward_mean']:+.3f}, step 4 {last['reward_mean']:+.3f}"
 
 
 class _CtrlCInTurn(ToyEnvironment):

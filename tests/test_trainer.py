@@ -135,21 +135,6 @@ def test_a_bf16_run_takes_pi_old_from_its_own_forward_and_says_how_it_computes(t
     assert lines[2].startswith("rollout engine: hf")
 
 
-def test_train_returns_its_summary_and_the_cli_prints_it_after_a_resume_too(tmp_path):
-    out = tmp_path / "run"
-    runner = CliRunner()
-    first = runner.invoke(app, ["train", "--output", str(out), *sum((["--set", s] for s in [*TINY, "steps=1"]), [])])
-    assert first.exit_code == 0, first.output
-    (step1,) = RunFolder(out).read_metrics()
-    assert f"reward_mean: step 1 {step1['reward_mean']:+.3f}, step 1 {step1['reward_mean']:+.3f}" in first.output
-    resumed = runner.invoke(app, ["train", "--resume", str(out), "--set", "steps=2"])
-    assert resumed.exit_code == 0, resumed.output
-    step2 = RunFolder(out).read_metrics()[-1]
-    # the summary covers the steps before the resume, which the resumed process never ran
-    assert f"reward_mean: step 1 {step1['reward_mean']:+.3f}, step 2 {step2['reward_mean']:+.3f}" in resumed.output
-    assert f"Run folder: {out}" in resumed.output and f"--model tiny --output {out}/eval-base" in resumed.output
-
-
 @pytest.mark.parametrize("setting", [None, "idle", 1, 3])
 def test_threads_default_to_every_usable_core_and_idle_follows_the_load(monkeypatch, setting):
     from mapo import runtime
