@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from mapo.registry import Registry
+from mapo.types import Group, Nested
 
 SCOPES = ("group", "batch")
 
@@ -65,6 +66,30 @@ class AdvantageParams:
 
 
 PARAM_NAMES = tuple(f.name for f in fields(AdvantageParams))  # every estimator's parameters
+
+
+@dataclass(frozen=True)
+class AdvantageSpec(AdvantageParams):
+    """The training config's `advantage` section: which estimator, the shared knobs it inherits,
+    and a plug-in estimator's own parameters (`options`), all checked on construction."""
+
+    estimator: str = "mapo"  # a registered estimator or "package.module:function"
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        try:
+            ESTIMATORS.resolve(self.estimator)
+        except ValueError as err:
+            raise ValueError(f"advantage.estimator: {err}") from None
+        try:
+            # the estimator's own parameter object, built once (the shared knobs are checked there)
+            object.__setattr__(self, "validated", estimator_params(self.estimator, self.params()))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"advantage.{err}") from None
+
+    def params(self) -> dict[str, Any]:
+        """The keyword parameters of `compute_batch`: the shared knobs and the options."""
+        return {**{name: getattr(self, name) for name in PARAM_NAMES}, **self.options}
 
 
 @dataclass(frozen=True)
@@ -320,9 +345,6 @@ def _unpad(values: np.ndarray, trained: np.ndarray, group: PaddedGroup) -> list[
     ]
 
 
-Nested = list[list[list[float | None]]]
-
-
 def compute_batch(
     name: str,
     groups: Sequence[Sequence[Sequence[float]]],
@@ -336,12 +358,23 @@ def compute_batch(
     each in the same nested shape: "turn", "batch", "mixed" for mapo/turn/batch;
     "outcome" for grpo/reinforce_pp; "outcome", "baseline" for rloo.
     """
+    return _estimate(name, groups, estimator_params(name, params), return_components)
+
+
+def compute_advantages(groups: Sequence[Group], spec: AdvantageSpec) -> tuple[Nested, dict[str, Nested]]:
+    """A training step's advantages [group][trajectory][turn] from its turns' rewards, and the
+    estimator's components (for logging), with the parameters the spec validated once."""
+    return _estimate(spec.estimator, [g.rewards for g in groups], spec.validated, True)  # type: ignore[return-value]
+
+
+def _estimate(
+    name: str, groups: Sequence[Sequence[Sequence[float]]], params: AdvantageParams, return_components: bool
+) -> Nested | tuple[Nested, dict[str, Nested]]:
     estimator = get_estimator(name)
-    p = estimator_params(name, params)
     if isinstance(groups, (str, bytes)) or not isinstance(groups, (Sequence, np.ndarray)) or len(groups) == 0:
         raise ValueError("groups: expected a non-empty list of groups (each a list of per-trajectory reward lists)")
     padded = [pad_group(g, where=f"group {k}") for k, g in enumerate(groups)]
-    out = estimator(padded, p)
+    out = estimator(padded, params)
     advantages = [_unpad(a, m, g) for a, m, g in zip(out.advantages, out.trained, padded)]
     if not return_components:
         return advantages

@@ -24,15 +24,16 @@ from typing import Any
 
 import yaml
 
+from mapo.advantages import AdvantageSpec
 from mapo.losses import LossSpec
 from mapo.methods.compeer import ReasoningSpec
 from mapo.methods.rapo import RapoSpec
 from mapo.model_source import LoraSpec, PolicySpec
 from mapo.rollout import RolloutSpec
 from mapo.runtime import check_threads
-from mapo.sft.spec import SftSpec
 from mapo.validation import read_yaml
 
+SFT_SCHEDULES = ("constant", "linear", "cosine")  # the sft section's learning-rate schedules
 # mappings passed through to user code unchecked
 FREE_FORM = ("env.options", "advantage.options", "rapo.ranker_backend", "rapo.hindsight_backend")
 
@@ -73,33 +74,6 @@ class RewardSpec:
 
 
 @dataclass
-class AdvantageSpec:
-    estimator: str = "mapo"  # a registered estimator or "package.module:function" (mapo.advantages)
-    alpha: float = 0.5
-    gamma: float = 1.0
-    eps: float = 1e-6
-    scope: str = "group"  # group | batch
-    options: dict[str, Any] = field(default_factory=dict)  # a plug-in estimator's own parameters
-
-    def __post_init__(self) -> None:
-        from mapo.advantages import ESTIMATORS, estimator_params
-
-        try:
-            ESTIMATORS.resolve(self.estimator)
-        except ValueError as err:
-            raise ValueError(f"advantage.estimator: {err}") from None
-        try:
-            estimator_params(self.estimator, self.params())
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"advantage.{err}") from None
-
-    def params(self) -> dict[str, Any]:
-        from mapo.advantages import PARAM_NAMES
-
-        return {**{name: getattr(self, name) for name in PARAM_NAMES}, **self.options}
-
-
-@dataclass
 class OptimSpec:
     lr: float = 5e-4  # LoRA; at 1.5e-3 the 10-step default collapsed into repeated phrases on the hardened judge
     weight_decay: float = 0.0
@@ -117,6 +91,47 @@ class OptimSpec:
         for name in ("ppo_epochs", "minibatches", "micro_batch_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"optim.{name} must be at least 1, got {getattr(self, name)}")
+
+
+@dataclass
+class SftSpec:
+    """The `sft` section: the demonstrations and how long and how fast to learn them. `mapo sft` runs
+    it alone; `mapo train` runs it first when `train_file` is set, then RL from its output (mapo.sft.chain)."""
+
+    train_file: str | None = None  # JSONL, one dialogue per line; null: no SFT stage before `mapo train`
+    eval_file: str | None = None  # held-out dialogues; without one, eval_fraction of train_file is held out
+    eval_fraction: float = 0.1  # 0: no held-out loss
+    system_prompt: str | None = None  # for dialogues without a system message (RL's: the environment's)
+    max_tokens: int = 2048  # a longer dialogue keeps its first turns that fit
+    epochs: int = 3
+    max_steps: int | None = None  # stop after this many optimizer steps (null: all epochs)
+    batch_size: int = 8  # dialogues per optimizer step
+    lr: float = 2e-4  # LoRA; full fine-tuning wants ~1e-5
+    schedule: str = "constant"  # constant | linear | cosine (to 0 at the last step), after the warmup
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    micro_batch_tokens: int = 2048  # padded tokens per forward/backward (gradient accumulation)
+    eval_every: int = 0  # optimizer steps between held-out losses; 0: at the end of every epoch
+    checkpoint_every: int = 50  # optimizer steps; the last step is always checkpointed
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.eval_fraction < 1.0:
+            raise ValueError(f"sft.eval_fraction must be in [0, 1), got {self.eval_fraction}")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"sft.lr must be a finite number > 0, got {self.lr}")
+        if not (math.isfinite(self.max_grad_norm) and self.max_grad_norm > 0):
+            raise ValueError(f"sft.max_grad_norm must be a finite number > 0, got {self.max_grad_norm}")
+        if self.schedule not in SFT_SCHEDULES:
+            raise ValueError(f"sft.schedule must be one of {', '.join(SFT_SCHEDULES)}, got {self.schedule!r}")
+        for name in ("max_tokens", "epochs", "batch_size", "micro_batch_tokens", "checkpoint_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"sft.{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("warmup_steps", "eval_every"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"sft.{name} must be >= 0, got {getattr(self, name)}")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"sft.max_steps must be at least 1 (or null), got {self.max_steps}")
 
 
 @dataclass
@@ -149,6 +164,11 @@ class TrainConfig:
         if self.checkpoint_every < 1 or self.keep_checkpoints < 1 or self.transcripts_every < 0 or self.keep_every < 0:
             raise ValueError("checkpoint_every and keep_checkpoints must be >= 1, transcripts_every and keep_every >= 0")
         check_threads(self.threads, "threads")
+        if self.loss.kl_beta > 0 and self.rollout.top_p < 1:
+            raise ValueError(
+                f"loss.kl_beta={self.loss.kl_beta} with rollout.top_p={self.rollout.top_p}: the KL to the reference "
+                "is not defined between nucleus policies whose sets differ; set rollout.top_p=1 or loss.kl_beta=0"
+            )
         from mapo.tracking import validate_names
 
         validate_names(self.report_to)
@@ -225,10 +245,14 @@ _NOT_SET = object()
 
 def _merged_free_form(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     """`update` laid over `base` key by key, nested mappings too: `--set env.options.roles.judge.path=X`
-    after `--set env.options.roles.judge.kind=learned` keeps the kind (a leaf or a non-mapping replaces)."""
+    after `--set env.options.roles.judge.kind=learned` keeps the kind, and so it does after
+    `roles.judge=learned`: a name is short for {kind: name} (a plug-in spec's convention). A leaf, or
+    a mapping over anything else, replaces."""
     merged = dict(base)
     for key, value in update.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+        if isinstance(value, dict) and isinstance(merged.get(key), str) and "kind" not in value:
+            merged[key] = {"kind": merged[key], **value}
+        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
             merged[key] = _merged_free_form(merged[key], value)
         else:
             merged[key] = value

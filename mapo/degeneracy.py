@@ -321,6 +321,18 @@ def reasked_question(reply: str, earlier_replies: Sequence[str]) -> str | None:
     return None
 
 
+# The reward-hacking monitor's keys (`dialogue_hacking_metrics`) as people read them.
+HACKING_LABELS = {
+    "hack_distinct2": "distinct-2",
+    "hack_repetition": "repetition",
+    "hack_echo": "echo",
+    "hack_role_swap": "role swap",
+    "hack_fragment": "fragment",
+    "hack_reask": "re-asked question",
+}
+HACKING_HIGHER_IS_BETTER = frozenset({"hack_distinct2"})  # varied wording; the others are failures
+
+
 def dialogue_hacking_metrics(dialogues: Iterable[Sequence[tuple[str, str]]]) -> dict[str, float]:
     """`hacking_metrics` over every reply of `dialogues` (each a list of (user message, reply)
     turns), each reply against what the user had said in its dialogue up to that turn: a reply

@@ -8,6 +8,8 @@ layout (for the benchmark and the equivalence test).
 Loss = -sum over trained tokens of min(rho A, clip(rho, 1 - eps_low, 1 + eps_high) A),
 divided by the number of trained tokens of the whole (mini)batch, so micro-batches
 summed give exactly the token-mean; plus beta * KL (k3 estimator) to the reference.
+`policy_loss` computes it from log-prob tensors and a mask alone; the forward passes that
+give them are the update's (mapo.update.batch_loss). Nothing here runs a model.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ import numpy as np
 import torch
 
 from mapo.engines.importance import truncated_importance_weights
-from mapo.policy import Policy
 from mapo.types import Trajectory
 
 
@@ -182,51 +183,42 @@ class LossTerms:
 
 
 def policy_loss(
-    policy: Policy,
-    batch: Batch,
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
     spec: LossSpec,
     total_tokens: int,
-    temperature: float = 1.0,
-    importance: str | None = None,
-    top_p: float = 1.0,
+    behaviour_logprobs: torch.Tensor | None = None,
+    ref_logprobs: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
 ) -> LossTerms:
-    """The loss of one micro-batch, normalised by `total_tokens` (trained tokens of the whole batch).
+    """The clipped-surrogate loss of one micro-batch from its log-probs, normalised by `total_tokens`
+    (the trained tokens of the whole batch, so micro-batches sum to the token-mean).
 
-    Only positions in `batch.trained` are read: advantages and old log-probs
-    elsewhere are never looked at, and nothing else receives a loss.
+    Every tensor has the shape of `mask` (a bool tensor, True at the trained tokens); only those
+    positions are read, selected before any arithmetic, so values elsewhere never enter the graph.
+    `logprobs` (pi_theta, with gradient) and `old_logprobs` (pi_old) are log-probs of the sampled
+    ids under the distribution the sampler drew from (temperature, nucleus: mapo.nucleus); a token
+    outside a nucleus (-inf in either) trains nothing.
 
-    `importance` corrects for a sampler that is not the trainer's model (mapo.engines.importance):
-    "current" takes pi_old as the current policy (exact in the first optimizer step of an
-    update, before any weight changed), "given" takes it from `batch.old_logprobs`; each
-    token's loss is weighted by min(pi_old / behaviour, spec.tis_cap), a constant.
-
-    `temperature` and `top_p` are the sampler's: pi_theta and pi_old are probabilities of the
-    distribution it drew from (mapo.nucleus). A token outside the nucleus of pi_old (w = 0) or,
-    in a later epoch, of pi_theta (ratio 0, no gradient) trains nothing.
+    `behaviour_logprobs`: the sampler's own, when it was not the trainer's model (mapo.engines.importance):
+    each token's loss is weighted by min(pi_old / behaviour, spec.tis_cap), a constant.
+    `ref_logprobs`: the reference policy's, needed when spec.kl_beta > 0 (the k3 KL penalty).
+    `entropy`: per-token entropies, summed for logging only.
     """
     if total_tokens <= 0:
         raise ValueError(f"total_tokens must be > 0, got {total_tokens}")
-    batch = batch.to(policy.device)
-    if spec.kl_beta > 0 and top_p < 1:
-        raise ValueError(
-            "loss.kl_beta > 0 with rollout.top_p < 1: the KL to the reference is not defined between two "
-            "nucleus policies whose sets differ; set rollout.top_p=1 or loss.kl_beta=0"
-        )
-    logp, entropy = policy.token_logprobs(
-        batch.input_ids, batch.attention_mask, batch.trained, temperature=temperature, with_entropy=True, top_p=top_p
-    )
-    positions = torch.nonzero(batch.trained.any(dim=0)).squeeze(-1)
-    mask = batch.trained[:, positions]
-    # select before any arithmetic: values at untrained positions never enter the graph
-    logp_t = logp[mask]
-    old = logp_t.detach() if importance == "current" else batch.old_logprobs[:, positions][mask]
-    adv = batch.advantages[:, positions][mask]
+    if spec.kl_beta > 0 and ref_logprobs is None:
+        raise ValueError(f"loss.kl_beta={spec.kl_beta} needs the reference policy's log-probs (ref_logprobs)")
+    logp_t = logprobs[mask]
+    old = old_logprobs[mask].to(logp_t.dtype)
+    adv = advantages[mask].to(logp_t.dtype)
     old_and_behaviour = None
-    if importance is not None:
-        behaviour = batch.behaviour_logprobs[:, positions][mask]
-        old_and_behaviour = (old.detach().cpu().double().numpy(), behaviour.cpu().double().numpy())
-    # top_p < 1: an id outside a nucleus has log-prob -inf; it trains nothing, and finite stand-ins
-    # (ratio 1) keep the arithmetic (and its gradient) finite
+    if behaviour_logprobs is not None:
+        behaviour = behaviour_logprobs[mask]
+        old_and_behaviour = (old.detach().cpu().double().numpy(), behaviour.detach().cpu().double().numpy())
+    # finite stand-ins (ratio 1) for ids outside a nucleus keep the arithmetic and its gradient finite
     inside = torch.isfinite(logp_t) & torch.isfinite(old)
     if not bool(inside.all()):
         logp_t = torch.where(inside, logp_t, torch.zeros_like(logp_t))
@@ -240,9 +232,7 @@ def policy_loss(
     loss_sum = pg_sum
     kl_sum = 0.0
     if spec.kl_beta > 0:
-        with torch.no_grad(), policy.reference():
-            ref, _ = policy.token_logprobs(batch.input_ids, batch.attention_mask, batch.trained, temperature)
-        kl = kl_k3(logp_t, ref[mask])
+        kl = kl_k3(logp_t, ref_logprobs[mask].detach().to(logp_t.dtype))
         loss_sum = loss_sum + spec.kl_beta * kl.sum()
         kl_sum = float(kl.detach().sum())
     with torch.no_grad():
@@ -251,7 +241,7 @@ def policy_loss(
             "clipped": float(clipped.sum()),
             "kl": kl_sum,
             "kl_old": float(kl_k3(logp_t, old).sum()),
-            "entropy": float(entropy[mask].sum()),
+            "entropy": float(entropy[mask].sum()) if entropy is not None else 0.0,
             "ratio": float(torch.exp(logp_t - old).sum()),
         }
     return LossTerms(loss_sum / total_tokens, sums, old_and_behaviour)

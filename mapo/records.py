@@ -12,10 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from mapo.degeneracy import dialogue_hacking_metrics
-from mapo.types import Group, Turn
-
-Nested = list[list[list[float | None]]]
+from mapo.degeneracy import HACKING_HIGHER_IS_BETTER, HACKING_LABELS, dialogue_hacking_metrics
+from mapo.types import Group, Nested, Turn
 
 # Metrics that measure the machine, not the learning: two runs of the same config differ in them.
 RUNTIME_KEYS = (
@@ -132,8 +130,6 @@ def reward_trend(metrics: Sequence[dict[str, Any]]) -> str:
 def monitor_worst_mover(metrics: Sequence[dict[str, Any]]) -> str:
     """The reward-hacking monitor's signal that moved most the wrong way, first third of the
     steps against the last third ("nothing worse" when none did); "" without monitor figures."""
-    from mapo.evaluate.empa import HACKING_HIGHER_IS_BETTER, HACKING_LABELS
-
     k = max(1, len(metrics) // 3)
     moves = []
     for key, label in HACKING_LABELS.items():

@@ -4,7 +4,7 @@ Rewards are pure functions of D_0..D_T (D_t = ||P_t||, DESIGN.md section 2):
 IDR r_t = D_{t-1} - D_t (the default: each turn is paid for its own progress),
 ADR r_t = -D_t, outcome: 0 on every turn but the last, which gets D_0 - D_T.
 Kinds are registered by name with `@register_reward` (or come from a plug-in package,
-see `mapo.registry`).
+see `mapo.registry`). `fill_rewards` writes them into a training step's groups.
 
 Redundancy reweighting (COMPEER) shrinks the reward of a response that repeats the
 other responses of its group or the dialogue's history; the similarity function is
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mapo.registry import Registry
+from mapo.types import Group
 
 RewardFn = Callable[[np.ndarray], np.ndarray]
 # Plug-ins: `@register_reward`, an entry point of group "mapo.rewards", or "package.module:function".
@@ -70,6 +71,18 @@ def rewards_from_distances(distances: Sequence[float], kind: str = "idr") -> lis
     if r.shape != (d.size - 1,) or not np.all(np.isfinite(r)):
         raise ValueError(f"reward kind {kind!r}: expected {d.size - 1} finite rewards for D_0..D_{d.size - 1}, got {r.tolist()}")
     return [float(x) for x in r]
+
+
+def fill_rewards(groups: Sequence[Group], kind: str) -> None:
+    """Set every turn's reward from its trajectory's distances with reward kind `kind`.
+
+    Reward shaping (COMPEER redundancy, a format reward) is a training method's
+    `shape_rewards` hook, applied after this.
+    """
+    for group in groups:
+        for trajectory in group.trajectories:
+            for turn, reward in zip(trajectory.turns, rewards_from_distances(trajectory.distances, kind)):
+                turn.reward = reward
 
 
 # ---------------------------------------------------------------- redundancy reweighting

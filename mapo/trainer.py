@@ -1,10 +1,10 @@
-"""The RL loop: rollout -> rewards -> advantages -> update -> log -> checkpoint.
+"""The RL loop: rollout -> rewards -> advantages -> loss -> optimizer -> log -> checkpoint.
 
 Each step samples B scenarios (deterministically from seed and step), rolls out N
 dialogues per scenario, turns distances into per-turn rewards (mapo.rewards), gets
-advantages from any registered estimator over the whole batch (mapo.advantages), and
-updates the policy on one packed sequence per trajectory with the clipped surrogate
-(mapo.update, mapo.losses). Optional methods (RAPO, COMPEER) attach through the hooks
+advantages from any registered estimator over the whole batch (mapo.advantages), packs
+one sequence per trajectory and updates the policy with the clipped surrogate on its
+log-probs (mapo.losses, mapo.update). Optional methods (RAPO, COMPEER) attach through the hooks
 of mapo.methods.base. Every random draw of step k is seeded from (seed, k), so a run
 resumed from a checkpoint continues exactly as the uninterrupted run would have.
 """
@@ -27,9 +27,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from mapo.advantages import compute_advantages
 from mapo.backends.endpoint import BackendError
 from mapo.backends.openai_compat import shared_stats
-from mapo.config import TrainConfig, config_dict, dump_config, load_config
+from mapo.config import TrainConfig, config_dict
 from mapo.device import resolve_precision
 from mapo.engines.base import RolloutEngine
 from mapo.engines.factory import make_engine, resolve_engine
@@ -41,7 +42,7 @@ from mapo.methods import attached_methods
 from mapo.model_source import resolve_source
 from mapo.policy import load_policy
 from mapo.progress import progress_bar
-from mapo.records import rollout_metrics, transcript_records
+from mapo.records import rollout_metrics, training_summary, transcript_records
 from mapo.reliability import (
     TrainingInterrupted,
     TrainingStopped,
@@ -50,15 +51,25 @@ from mapo.reliability import (
     pause_for_test,
     role_metrics,
 )
+from mapo.report.run import write_report
+from mapo.rewards import fill_rewards
 from mapo.rollout import rollout
-from mapo.run_folder import RunFolder, new_run_dir, open_for_resume, restore_latest
+from mapo.run_folder import RunFolder, open_run
 from mapo.runtime import IDLE, choose_threads, read_trainer_state, seed_everything, step_seed, write_trainer_state
 from mapo.sft.chain import check_chain, sft_enabled, warm_start
 from mapo.tracking import Tracking, check_installed
 from mapo.types import Scenario
-from mapo.update import compute_advantages, fill_rewards, make_optimizer, update
+from mapo.update import make_optimizer, update
 
 log = logging.getLogger(__name__)
+
+@dataclasses.dataclass
+class TrainingResult:
+    """What a training run leaves: its folder, and the lines `mapo train` prints at the end."""
+
+    run_dir: Path
+    summary: list[str]
+
 
 PROGRESS_STATUS = "reward {task.fields[reward]}  return {task.fields[ret]}  success {task.fields[success]}"
 
@@ -76,11 +87,6 @@ class Trainer:
         self.scenarios = load_scenarios(config.env.name, config.env.scenarios)
         self.methods = attached_methods(config)  # RAPO / COMPEER options that are on, in hook order
         self.rollout_spec = reduce(lambda spec, m: m.rollout_spec(spec), self.methods, config.rollout)
-        if config.loss.kl_beta > 0 and self.rollout_spec.top_p < 1:
-            raise ValueError(
-                f"loss.kl_beta={config.loss.kl_beta} with rollout.top_p={self.rollout_spec.top_p}: the KL to the "
-                "reference is not defined between nucleus policies whose sets differ; use one or the other"
-            )
         self.make_env = reduce(
             lambda make, m: m.wrap_environment(make), self.methods, environment_factory(config.env.name, config.env.options)
         )
@@ -302,9 +308,11 @@ class Trainer:
         log.warning("interrupted: checkpoint of step %d saved; continue with: mapo train --resume %s", self.step, run.path)
         raise TrainingInterrupted(run.path, self.step)
 
-    def train(self, run: RunFolder, show_progress: bool = True) -> Path:
-        """Train from `self.step` to `config.steps`, logging and checkpointing into `run`."""
+    def train(self, run: RunFolder, show_progress: bool = True) -> TrainingResult:
+        """Train from `self.step` to `config.steps`, logging and checkpointing into `run`; returns the
+        run folder and the summary of every logged step (a resumed run's earlier ones included)."""
         cfg = self.config
+        history = run.read_metrics()  # the steps before a resume (the run folder kept those up to its checkpoint)
         tracking = Tracking(cfg.report_to, run.path, config_dict(cfg))
         bar = progress_bar(
             cfg.steps, "train", completed=self.step, status=PROGRESS_STATUS, show=show_progress, reward="-", ret="-", success="-"
@@ -340,6 +348,7 @@ class Trainer:
                     ) from None
                 self.step += 1
                 run.log_metrics(metrics)
+                history.append(metrics)
                 tracking.log(metrics, self.step)
                 kept = cfg.keep_every and self.step % cfg.keep_every == 0
                 if self.step % cfg.checkpoint_every == 0 or kept or self.step == cfg.steps:
@@ -351,12 +360,10 @@ class Trainer:
                     success=f"{metrics['success_rate']:.0%}",
                 )
         self.policy.save_pretrained(run.path / "final")
-        from mapo.evaluate.report import write_report
-
         tracking.finish(write_report(run.path), run.path / "final")  # report.html: the run's curves, with links
         if self._stop_requested:  # it landed in the last step, which finished: the caller must still stop
             raise TrainingInterrupted(run.path, self.step, finished=True)
-        return run.path
+        return TrainingResult(run.path, training_summary(history, str(run.path), cfg.policy.model))
 
 
 def _summed(terms: list[Callable[[], torch.Tensor]]) -> Callable[[], torch.Tensor]:
@@ -370,29 +377,21 @@ def train(
     resume: str | Path | None = None,
     overrides: Sequence[str] = (),
     show_progress: bool = True,
-) -> Path:
-    """Run (or resume) training; returns the run folder.
+) -> TrainingResult:
+    """Run (or resume) training; returns the run folder and its summary.
 
     `resume` continues RUN_DIR from its latest checkpoint with its own config.yaml
     (plus `overrides`, e.g. more steps); otherwise `config` runs in `output` or a new
-    `<output_dir>/<name>-<timestamp>` folder.
+    `<output_dir>/<name>-<timestamp>` folder. With an `sft` section, SFT runs first inside
+    the run folder and RL starts from its model (mapo.sft.chain).
     """
-    if resume is not None:
-        run, config = open_for_resume(resume, overrides)
-        trainer = Trainer(warm_start(config, run.path, show_progress))  # SFT stage skipped once it is complete
-        restore_latest(run, config, trainer, logs_kept_without_checkpoint=0)
-    else:
-        config = config or load_config(None, overrides)
-        if sft_enabled(config):  # SFT first, in the run folder, then RL from its model (mapo.sft.chain)
+
+    def make_trainer(config: TrainConfig, folder: Callable[[], Path]) -> Trainer:
+        if not sft_enabled(config):
+            return Trainer(config)  # loads model, scenarios, env first: a bad one leaves no folder behind
+        if resume is None:
             check_chain(config)  # data, model and scenarios before any folder is written
-            run = RunFolder(Path(output) if output is not None else new_run_dir(config.output_dir, config.name))
-            dump_config(config, run.path / "config.yaml")
-            trainer = Trainer(warm_start(config, run.path, show_progress))
-        else:
-            trainer = Trainer(config)  # loads model, scenarios, env first: a bad one leaves no folder behind
-            run = RunFolder(Path(output) if output is not None else new_run_dir(config.output_dir, config.name))
-        # `auto` is pinned to what it chose here (a timing decides it on a CPU), so a resume, on this
-        # machine or another, continues in the precision the run started in
-        config.policy.dtype = resolve_precision(config.policy.dtype, trainer.policy.device).name
-        dump_config(config, run.path / "config.yaml")
+        return Trainer(warm_start(config, folder(), show_progress))  # SFT skipped once it is complete
+
+    run, trainer = open_run(config, output, resume, overrides, make_trainer)
     return trainer.train(run, show_progress=show_progress)

@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+Nested = list[list[list[float | None]]]
+"""Per-turn values of a batch, [group][trajectory][turn]: advantages (None = that turn gets no loss)."""
+
 AXES: tuple[str, str, str] = ("C", "A", "P")
 """EMPA's need axes: cognitive, affective, proactive."""
 
@@ -89,6 +92,20 @@ class Trajectory:
 
     def __len__(self) -> int:
         return len(self.turns)
+
+
+OUTCOMES = ("success", "failure", "timeout", "other")
+"""How a dialogue ended, as its evaluation counts it (`outcome_of` its done_reason)."""
+
+
+def outcome_of(done_reason: str | None) -> str:
+    """The outcome class of a dialogue's ending reason: success, failure, timeout (a time or turn
+    limit) or other."""
+    if done_reason in ("success", "failure"):
+        return done_reason
+    if done_reason in ("timeout", "max_turns"):
+        return "timeout"
+    return "other"
 
 
 @dataclass

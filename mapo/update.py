@@ -1,6 +1,8 @@
-"""The update step: rewards and advantages of rolled-out groups, the optimizer, and the
-clipped policy-gradient update on packed sequences.
+"""The update step: the optimizer and the clipped policy-gradient update on packed sequences.
 
+The last step of the train step's data flow (rollout -> mapo.rewards -> mapo.advantages ->
+mapo.losses -> here): the model's forward passes over micro-batches, the loss on their
+log-probs (`mapo.losses.policy_loss`), gradient accumulation and the optimizer step.
 Shared by the trainer, the speed benchmarks and the GPU checks, so every one of them
 trains with the same optimizer settings and the same update.
 """
@@ -16,17 +18,12 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from mapo.advantages import compute_batch
-from mapo.config import AdvantageSpec, OptimSpec
+from mapo.config import OptimSpec
 from mapo.engines.importance import mismatch_stats
-from mapo.losses import LossSpec, TrainSequence, collate, policy_loss
+from mapo.losses import Batch, LossSpec, LossTerms, TrainSequence, collate, policy_loss
 from mapo.policy import Policy
-from mapo.rewards import rewards_from_distances
-from mapo.types import Group
 
 log = logging.getLogger(__name__)
-
-Nested = list[list[list[float | None]]]
 
 
 def make_optimizer(policy: Policy, optim: OptimSpec) -> torch.optim.Optimizer:
@@ -37,26 +34,6 @@ def make_optimizer(policy: Policy, optim: OptimSpec) -> torch.optim.Optimizer:
         betas=tuple(optim.betas),
         weight_decay=optim.weight_decay,
     )
-
-
-def fill_rewards(groups: Sequence[Group], kind: str) -> None:
-    """Set every turn's reward from its trajectory's distances with reward kind `kind` (mapo.rewards).
-
-    Reward shaping (COMPEER redundancy, a format reward) is a training method's
-    `shape_rewards` hook, applied after this.
-    """
-    for group in groups:
-        for trajectory in group.trajectories:
-            for turn, reward in zip(trajectory.turns, rewards_from_distances(trajectory.distances, kind)):
-                turn.reward = reward
-
-
-def compute_advantages(groups: Sequence[Group], spec: AdvantageSpec) -> tuple[Nested, dict[str, Nested]]:
-    """Advantages [group][trajectory][turn] (None = no loss) and the estimator's components."""
-    advantages, components = compute_batch(
-        spec.estimator, [g.rewards for g in groups], return_components=True, **spec.params()
-    )
-    return advantages, components  # type: ignore[return-value]
 
 
 def micro_batches(sequences: Sequence[TrainSequence], token_budget: int) -> list[list[TrainSequence]]:
@@ -142,7 +119,7 @@ def update(
             optimizer.zero_grad(set_to_none=True)
             loss_value = 0.0
             for chunk in micro_batches(chosen, optim.micro_batch_tokens):
-                terms = policy_loss(
+                terms = batch_loss(
                     policy, collate(chunk, policy.pad_id), loss_spec, n_tokens, temperature, importance, top_p
                 )
                 if epoch == 0 and terms.old_and_behaviour is not None:
@@ -185,6 +162,42 @@ def update(
         "skipped_updates": float(skipped),
         "trained_tokens": float(tokens),
     }
+
+
+def batch_loss(
+    policy: Policy,
+    batch: Batch,
+    spec: LossSpec,
+    total_tokens: int,
+    temperature: float = 1.0,
+    importance: str | None = None,
+    top_p: float = 1.0,
+) -> LossTerms:
+    """One micro-batch's loss (`mapo.losses.policy_loss`) from the policy's forward pass over it.
+
+    `importance` corrects for a sampler that is not the trainer's model (mapo.engines.importance):
+    "current" takes pi_old as the current policy (exact in the first optimizer step of an
+    update, before any weight changed), "given" takes it from `batch.old_logprobs`; both weight
+    each token by min(pi_old / behaviour, spec.tis_cap). With spec.kl_beta > 0 a second,
+    no-grad pass gives the reference policy's log-probs.
+
+    `temperature` and `top_p` are the sampler's: pi_theta and pi_old are probabilities of the
+    distribution it drew from (mapo.nucleus).
+    """
+    batch = batch.to(policy.device)
+    logp, entropy = policy.token_logprobs(
+        batch.input_ids, batch.attention_mask, batch.trained, temperature=temperature, with_entropy=True, top_p=top_p
+    )
+    ref = None
+    if spec.kl_beta > 0:
+        with torch.no_grad(), policy.reference():
+            ref, _ = policy.token_logprobs(batch.input_ids, batch.attention_mask, batch.trained, temperature)
+    columns = torch.nonzero(batch.trained.any(dim=0)).squeeze(-1)  # the positions token_logprobs returns
+    old = logp.detach() if importance == "current" else batch.old_logprobs[:, columns]
+    behaviour = batch.behaviour_logprobs[:, columns] if importance is not None else None
+    return policy_loss(
+        logp, old, batch.advantages[:, columns], batch.trained[:, columns], spec, total_tokens, behaviour, ref, entropy
+    )
 
 
 def with_trainer_logprobs(

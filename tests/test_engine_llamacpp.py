@@ -289,7 +289,7 @@ def test_training_on_the_llamacpp_engine_syncs_and_corrects(tmp_path):
                  "rollout.scenarios_per_step=1", "rollout.samples_per_scenario=2", "rollout.max_turns=2",
                  "rollout.max_new_tokens=6", "rollout.engine=llamacpp", "rollout.llamacpp.base_type=F32",
                  "rollout.llamacpp.threads=1"]
-    run = train(load_config(None, overrides), output=tmp_path / "run", show_progress=False)
+    run = train(load_config(None, overrides), output=tmp_path / "run", show_progress=False).run_dir
     metrics = RunFolder(run).read_metrics()
     assert [m["step"] for m in metrics] == [1, 2]
     for m in metrics:

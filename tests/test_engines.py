@@ -273,17 +273,18 @@ def _sequences(policy, seed: int = 0):
 
 def test_corrected_loss_equals_the_plain_loss_when_behaviour_is_old():
     """The hf engine's samples: importance weighting changes neither the loss nor its gradient."""
-    from mapo.losses import LossSpec, collate, policy_loss
+    from mapo.losses import LossSpec, collate
+    from mapo.update import batch_loss
 
     policy = tiny_policy(lora=True)
     batch = collate(_sequences(policy), policy.pad_id)
     n = int(batch.trained.sum())
-    plain = policy_loss(policy, batch, LossSpec(), n, 0.7)
+    plain = batch_loss(policy, batch, LossSpec(), n, 0.7)
     plain.loss.backward()
     plain_grads = [p.grad.clone() for p in policy.trainable_parameters()]
     policy.model.zero_grad()
     for importance in ("given", "current"):
-        corrected = policy_loss(policy, batch, LossSpec(), n, 0.7, importance=importance)
+        corrected = batch_loss(policy, batch, LossSpec(), n, 0.7, importance=importance)
         corrected.loss.backward()
         assert float(corrected.loss.detach()) == pytest.approx(float(plain.loss.detach()), rel=1e-4, abs=1e-6)
         for p, g in zip(policy.trainable_parameters(), plain_grads):
@@ -295,7 +296,8 @@ def test_corrected_loss_equals_the_plain_loss_when_behaviour_is_old():
 
 def test_corrected_loss_weights_each_token():
     """A behaviour policy that gave a token half the old probability doubles (caps) its weight."""
-    from mapo.losses import LossSpec, collate, policy_loss
+    from mapo.losses import LossSpec, collate
+    from mapo.update import batch_loss
 
     policy = tiny_policy(lora=True)
     sequences = _sequences(policy)
@@ -303,10 +305,10 @@ def test_corrected_loss_weights_each_token():
         seq.behaviour_logprobs = [lp - math.log(4.0) if t else 0.0 for lp, t in zip(seq.old_logprobs, seq.trained)]
     batch = collate(sequences, policy.pad_id)
     n = int(batch.trained.sum())
-    plain = policy_loss(policy, batch, LossSpec(), n, 0.7)
-    capped = policy_loss(policy, batch, LossSpec(tis_cap=2.0), n, 0.7, importance="given")
+    plain = batch_loss(policy, batch, LossSpec(), n, 0.7)
+    capped = batch_loss(policy, batch, LossSpec(tis_cap=2.0), n, 0.7, importance="given")
     assert float(capped.loss.detach()) == pytest.approx(2.0 * float(plain.loss.detach()), rel=1e-4)  # w = min(4, 2) on every token
-    loose = policy_loss(policy, batch, LossSpec(tis_cap=10.0), n, 0.7, importance="given")
+    loose = batch_loss(policy, batch, LossSpec(tis_cap=10.0), n, 0.7, importance="given")
     assert float(loose.loss.detach()) == pytest.approx(4.0 * float(plain.loss.detach()), rel=1e-4)
 
 

@@ -1,4 +1,7 @@
-"""mapo.losses: packing, masking, the clipped surrogate and its token-mean normalisation."""
+"""mapo.losses: packing, masking, the clipped surrogate and its token-mean normalisation.
+
+`policy_loss` is tested on tensors alone; the tests with a model go through the update's
+forward pass (`mapo.update.batch_loss`)."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from mapo.losses import (
     policy_loss,
 )
 from mapo.rollout import RolloutSpec, rollout
+from mapo.update import batch_loss
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +40,7 @@ def trajectories(policy):
 
 def _grads(policy, sequences, total):
     policy.model.zero_grad(set_to_none=True)
-    loss = policy_loss(policy, collate(sequences, policy.pad_id), LossSpec(), total).loss
+    loss = batch_loss(policy, collate(sequences, policy.pad_id), LossSpec(), total).loss
     loss.backward()
     grads = [p.grad.clone() for p in policy.trainable_parameters()]
     policy.model.zero_grad(set_to_none=True)
@@ -68,6 +72,59 @@ def test_kl_k3_is_zero_at_equality_and_positive_otherwise():
     a = torch.tensor([-1.0, -2.0, -0.5])
     assert torch.all(kl_k3(a, a) == 0)
     assert torch.all(kl_k3(a, a + torch.tensor([0.3, -0.2, 0.1])) > 0)
+
+
+def _tokens(*rows):
+    return torch.tensor(rows, dtype=torch.float32)
+
+
+def test_policy_loss_on_tensors_is_the_token_mean_of_the_masked_surrogate():
+    logp = _tokens([-1.0, -0.5, -2.0], [-0.3, -9.0, -1.2]).requires_grad_()
+    old = _tokens([-1.0, -0.7, -2.0], [-0.5, -9.0, -1.0])
+    adv = _tokens([1.0, 2.0, -1.0], [0.5, 7.0, -2.0])
+    mask = torch.tensor([[True, True, False], [True, False, True]])
+    terms = policy_loss(logp, old, adv, mask, LossSpec(), total_tokens=8)
+    expected, clipped = clipped_surrogate(logp[mask].detach(), old[mask], adv[mask], 0.2, 0.28)
+    assert float(terms.loss.detach()) == pytest.approx(float(expected.sum()) / 8)
+    assert terms.sums["pg_loss"] == pytest.approx(float(expected.sum()))
+    assert terms.sums["clipped"] == float(clipped.sum())
+    assert terms.sums["ratio"] == pytest.approx(float(torch.exp(logp.detach()[mask] - old[mask]).sum()))
+    terms.loss.backward()
+    assert torch.all(logp.grad[~mask] == 0) and logp.grad[mask].abs().sum() > 0
+    assert terms.old_and_behaviour is None and terms.sums["kl"] == 0.0
+
+
+def test_policy_loss_never_reads_values_outside_the_mask():
+    logp, old, adv = _tokens([-1.0, -0.5]), _tokens([-1.2, -0.4]), _tokens([1.0, -1.0])
+    mask = torch.tensor([[True, False]])
+    clean = policy_loss(logp, old, adv, mask, LossSpec(kl_beta=0.1), 1, ref_logprobs=_tokens([-1.1, -0.6]))
+    poison = torch.tensor([[0.0, float("nan")]])
+    dirty = policy_loss(logp + poison, old + poison, adv + poison, mask, LossSpec(kl_beta=0.1), 1,
+                        ref_logprobs=_tokens([-1.1, -0.6]) + poison, entropy=poison)
+    assert torch.isfinite(dirty.loss) and float(dirty.loss) == float(clean.loss)
+
+
+def test_policy_loss_weights_by_the_truncated_importance_ratio_and_adds_the_kl():
+    logp, adv, mask = _tokens([-4.0, -4.0]), _tokens([1.0, 1.0]), torch.tensor([[True, True]])
+    behaviour = _tokens([-4.0 - 0.5, -4.0 + 3.0])  # pi_old / b = e^0.5 and e^-3
+    plain = policy_loss(logp, logp, adv, mask, LossSpec(), 2)
+    weighted = policy_loss(logp, logp, adv, mask, LossSpec(tis_cap=1.5), 2, behaviour_logprobs=behaviour)
+    assert float(plain.loss) == pytest.approx(-1.0)  # ratio 1, advantage 1, token mean
+    assert float(weighted.loss) == pytest.approx(-(1.5 + torch.exp(torch.tensor(-3.0)).item()) / 2)
+    assert weighted.old_and_behaviour is not None and len(weighted.old_and_behaviour[0]) == 2
+    ref = _tokens([-4.2, -3.8])
+    with_kl = policy_loss(logp, logp, adv, mask, LossSpec(kl_beta=0.5), 2, ref_logprobs=ref)
+    assert float(with_kl.loss - plain.loss) == pytest.approx(0.5 * float(kl_k3(logp[mask], ref[mask]).sum()) / 2, rel=1e-5)
+    with pytest.raises(ValueError, match="reference"):
+        policy_loss(logp, logp, adv, mask, LossSpec(kl_beta=0.5), 2)
+
+
+def test_policy_loss_trains_nothing_on_a_token_outside_the_nucleus():
+    logp = _tokens([float("-inf"), -1.0]).requires_grad_()
+    terms = policy_loss(logp, _tokens([-1.0, -1.0]), _tokens([1.0, 1.0]), torch.tensor([[True, True]]), LossSpec(), 2)
+    assert torch.isfinite(terms.loss) and float(terms.loss.detach()) == pytest.approx(-0.5)
+    terms.loss.backward()
+    assert torch.isfinite(logp.grad).all() and logp.grad[0, 0] == 0
 
 
 def test_packed_sequence_marks_only_reply_tokens(trajectories):
@@ -110,7 +167,7 @@ def test_untrained_tokens_get_no_gradient_and_their_values_are_never_read(policy
         other = collate(seqs, pad_id=7)
         assert not torch.equal(batch.input_ids, other.input_ids)
         spec = LossSpec()
-        assert policy_loss(policy, batch, spec, total).loss == policy_loss(policy, other, spec, total).loss
+        assert batch_loss(policy, batch, spec, total).loss == batch_loss(policy, other, spec, total).loss
         # the per-position log-probs of user/system tokens receive no gradient
         b = collate(seqs[:1], policy.pad_id)
         logits = policy.model(input_ids=b.input_ids, attention_mask=b.attention_mask).logits
@@ -153,14 +210,14 @@ def test_packed_and_per_turn_losses_give_the_same_gradient(policy, trajectories)
 def test_kl_to_the_reference(policy, trajectories):
     seqs = [packed_sequence(trajectories[0], [1.0, 1.0, 1.0])]
     total = seqs[0].n_trained
-    terms = policy_loss(policy, collate(seqs, policy.pad_id), LossSpec(kl_beta=0.5), total)
+    terms = batch_loss(policy, collate(seqs, policy.pad_id), LossSpec(kl_beta=0.5), total)
     assert terms.sums["kl"] == pytest.approx(0.0, abs=1e-6)  # fresh LoRA = the reference
     _perturb_lora(policy)
     try:
-        with_kl = policy_loss(policy, collate(seqs, policy.pad_id), LossSpec(kl_beta=0.5), total)
-        without = policy_loss(policy, collate(seqs, policy.pad_id), LossSpec(kl_beta=0.0), total)
+        with_kl = batch_loss(policy, collate(seqs, policy.pad_id), LossSpec(kl_beta=0.5), total)
+        without = batch_loss(policy, collate(seqs, policy.pad_id), LossSpec(kl_beta=0.0), total)
         assert with_kl.sums["kl"] > 0 and without.sums["kl"] == 0
-        assert float(with_kl.loss - without.loss) == pytest.approx(0.5 * with_kl.sums["kl"] / total, rel=1e-4)
+        assert float((with_kl.loss - without.loss).detach()) == pytest.approx(0.5 * with_kl.sums["kl"] / total, rel=1e-4)
     finally:
         _perturb_lora(policy, scale=-0.05)
 
@@ -168,4 +225,6 @@ def test_kl_to_the_reference(policy, trajectories):
 def test_loss_needs_trained_tokens(policy):
     seq = TrainSequence([1, 2, 3], [False, True, True], [0.0, 1.0, 1.0], [0.0, -1.0, -1.0])
     with pytest.raises(ValueError, match="total_tokens"):
-        policy_loss(policy, collate([seq], policy.pad_id), LossSpec(), 0)
+        batch_loss(policy, collate([seq], policy.pad_id), LossSpec(), 0)
+    with pytest.raises(ValueError, match="total_tokens"):
+        policy_loss(_tokens([-1.0]), _tokens([-1.0]), _tokens([1.0]), torch.tensor([[True]]), LossSpec(), 0)

@@ -19,10 +19,11 @@ from tiny_policy import tiny_policy
 from mapo.config import load_config
 from mapo.engines.gguf_export import ExportError, write_lora_adapter
 from mapo.engines.llamacpp import LlamaCppSpec
-from mapo.losses import LossSpec, TrainSequence, collate, policy_loss
+from mapo.losses import LossSpec, TrainSequence, collate
 from mapo.methods.base import TrainingMethod
 from mapo.nucleus import nucleus_mask
 from mapo.run_folder import RunFolder
+from mapo.update import batch_loss
 
 TINY_RUN = [
     "env.name=empathy", "policy.model=tiny", "policy.lora.r=4", "threads=1", "steps=1",
@@ -94,7 +95,7 @@ def test_a_token_outside_the_trainers_nucleus_trains_nothing():
         )
     batch = collate(sequences, policy.pad_id)
     total = int(batch.trained.sum())
-    terms = policy_loss(policy, batch, LossSpec(), total, 0.7, importance="current", top_p=0.5)
+    terms = batch_loss(policy, batch, LossSpec(), total, 0.7, importance="current", top_p=0.5)
     terms.loss.backward()
     assert torch.isfinite(terms.loss) and all(torch.isfinite(p.grad).all() for p in policy.trainable_parameters())
     old, behaviour = terms.old_and_behaviour
@@ -133,7 +134,7 @@ def test_the_update_uses_the_distribution_the_rollout_sampled_from(tmp_path, mon
 
     method = _HotterSampling()
     monkeypatch.setattr(mapo.trainer, "attached_methods", lambda config: [method])
-    run = train(load_config(None, TINY_RUN), output=tmp_path / "run", show_progress=False)
+    run = train(load_config(None, TINY_RUN), output=tmp_path / "run", show_progress=False).run_dir
     (metrics,) = RunFolder(run).read_metrics()
     assert method.aux_temperatures == [1.6]
     assert metrics["tis_tokens"] > 0
@@ -146,7 +147,7 @@ def test_the_hf_engine_is_corrected_and_logged_like_any_engine(tmp_path):
     trainer takes pi_old from its own forward pass and logs the tis_* figures for it too."""
     from mapo.trainer import train
 
-    run = train(load_config(None, TINY_RUN), output=tmp_path / "run", show_progress=False)
+    run = train(load_config(None, TINY_RUN), output=tmp_path / "run", show_progress=False).run_dir
     (metrics,) = RunFolder(run).read_metrics()
     assert metrics["tis_tokens"] == metrics["trained_tokens"] > 0
     assert metrics["tis_weight_mean"] == pytest.approx(1.0, abs=1e-3)  # float32 on a CPU: equal to float error

@@ -21,12 +21,14 @@ import torch
 from tiny_policy import SIGTERM_IN_UPDATE, ToyEnvironment, tiny_policy, toy_scenarios
 from typer.testing import CliRunner
 
+from mapo.advantages import AdvantageSpec, compute_advantages
 from mapo.backends.endpoint import BackendUnavailable, ChatBackendConfig
 from mapo.backends.openai_compat import ChatBackend
 from mapo.cli import app
-from mapo.config import AdvantageSpec, TrainConfig, load_config
+from mapo.config import TrainConfig, load_config
 from mapo.losses import LossSpec, packed_sequence
 from mapo.rollout import RolloutSpec, rollout
+from mapo.rewards import fill_rewards
 from mapo.run_folder import RunFolder
 from mapo.testing.fault_proxy import (
     CONTENT_FAULTS,
@@ -37,7 +39,8 @@ from mapo.testing.fault_proxy import (
 from mapo.testing.judge_server import JudgeServer
 from mapo.records import RUNTIME_KEYS
 from mapo.trainer import train
-from mapo.update import compute_advantages, fill_rewards, update
+from mapo.update import update
+from mapo.validation import intact_records
 
 TINY = [
     "policy.model=tiny",
@@ -200,7 +203,7 @@ def _assert_same_run(got, want):
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
-    out = train(load_config(None, CRASH), output=tmp_path_factory.mktemp("full") / "run", show_progress=False)
+    out = train(load_config(None, CRASH), output=tmp_path_factory.mktemp("full") / "run", show_progress=False).run_dir
     return RunFolder(out).read_metrics()
 
 
@@ -303,7 +306,7 @@ def test_sigkill_during_a_checkpoint_write_then_resume_reproduces_the_run(tmp_pa
     run = RunFolder(out)
     assert [p.name for p in run.list_checkpoints()] == []  # checkpoint_every=2: step 2 was the first
     _assert_folder_sound(out)
-    resumed = train(resume=out, show_progress=False)
+    resumed = train(resume=out, show_progress=False).run_dir
     assert not list((out / "checkpoints").glob(".tmp-*"))  # the torn write was cleared away
     _assert_same_run(RunFolder(resumed).read_metrics(), uninterrupted)
     _assert_folder_sound(out)
@@ -313,12 +316,12 @@ def test_sigkill_during_a_checkpoint_write_then_resume_reproduces_the_run(tmp_pa
 def test_resume_keeps_the_ema_teacher_of_self_distillation(tmp_path):
     """RAPO's EMA teacher lives between steps: a resumed run must restore it, not restart it."""
     settings = [*CRASH, "rapo.distill=true", "rapo.distill_teacher=ema", "checkpoint_every=2", "keep_checkpoints=2"]
-    full = RunFolder(train(load_config(None, settings), output=tmp_path / "full", show_progress=False))
+    full = RunFolder(train(load_config(None, settings), output=tmp_path / "full", show_progress=False).run_dir)
     assert all(m["distill_replies"] > 0 for m in full.read_metrics())
     cut = tmp_path / "cut"
     shutil.copytree(full.path, cut)
     shutil.rmtree(cut / "checkpoints" / "step-000004")  # as if killed after step 2's checkpoint
-    resumed = RunFolder(train(resume=cut, show_progress=False))
+    resumed = RunFolder(train(resume=cut, show_progress=False).run_dir)
     _assert_same_run(resumed.read_metrics(), full.read_metrics())
 
 
@@ -341,8 +344,12 @@ def test_ctrl_c_or_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, uninte
     assert f"Interrupted after step {steps[-1]}; checkpoint saved" in output and f"--resume {out}" in output
     assert last is not None and last.name == f"step-{steps[-1]:06d}" and steps == list(range(1, steps[-1] + 1))
     _assert_folder_sound(out)
-    resumed = train(resume=out, show_progress=False)
-    _assert_same_run(RunFolder(resumed).read_metrics(), uninterrupted)
+    result = train(resume=out, show_progress=False)
+    metrics = RunFolder(result.run_dir).read_metrics()
+    _assert_same_run(metrics, uninterrupted)
+    # the summary covers the steps before the resume too, which this process never ran
+    first, last = metrics[0], metrics[-1]
+    assert result.summary[0] == f"reward_mean: step 1 {first['reward_mean']:+.3f}, step 4 {last['reward_mean']:+.3f}"
 
 
 class _CtrlCInTurn(ToyEnvironment):
@@ -423,28 +430,41 @@ def test_ctrl_c_at_the_terminal_stops_the_trainer_not_the_engine_worker(tmp_path
 LONG = [*CRASH, "steps=16", "checkpoint_every=1"]
 
 
+def _logged_steps(path: Path) -> set[int]:
+    """The steps a run's log holds (a line cut by a kill left out)."""
+    return {r["step"] for r in intact_records(path, "log")} if path.is_file() else set()
+
+
 @pytest.mark.slow
 def test_sigkill_at_random_points_never_corrupts_the_run(tmp_path):
-    """Five SIGKILLs at seeded random moments once training is under way (the third one in the middle of
-    a checkpoint write), each followed by --resume; the run folder stays sound after every kill and the
-    finished run equals an uninterrupted one."""
-    reference = RunFolder(train(load_config(None, LONG), output=tmp_path / "reference", show_progress=False))
-    step_seconds = float(np.median([m["step_time"] for m in reference.read_metrics()]))
+    """Five SIGKILLs at seeded random points of the run, each followed by --resume: right after a
+    step's transcripts, its metrics or its checkpoint appear (a step or two ahead), and once in the
+    middle of a checkpoint write. Each point is an event seen in the run folder, not a time, so the
+    kills land alike on a fast or a busy machine. The run folder stays sound after every kill and
+    the finished run equals an uninterrupted one."""
+    reference = RunFolder(train(load_config(None, LONG), output=tmp_path / "reference", show_progress=False).run_dir)
     out = tmp_path / "run"
     rng = np.random.default_rng(11)
-    steps_done = lambda: len(RunFolder(out).read_metrics()) if (out / "metrics.jsonl").exists() else 0
-    progress = []
+    events = {
+        "transcripts": lambda step: step in _logged_steps(out / "transcripts.jsonl"),
+        "metrics": lambda step: step in _logged_steps(out / "metrics.jsonl"),
+        "checkpoint": lambda step: (out / "checkpoints" / f"step-{step:06d}").is_dir(),
+    }
+    progress, kinds = [], []
     for attempt in range(5):
         mid_checkpoint = attempt == 2
-        done = steps_done()
+        # what a kill left past the last checkpoint counts as done: the resume rewrites it, so no event is stale
+        done = max(_logged_steps(out / "metrics.jsonl") | _logged_steps(out / "transcripts.jsonl"), default=0)
         extra = {"MAPO_TEST_PAUSE_IN_CHECKPOINT": str(done + 1)} if mid_checkpoint else {}
         proc = _spawn(out, extra, resume=(out / "config.yaml").exists(), settings=LONG)
         try:
             if mid_checkpoint:
+                kinds.append("mid-checkpoint")
                 _wait_for(lambda: any((out / "checkpoints").glob(".tmp-step-*/PAUSED")), proc)
-            else:  # once this process has finished a step, anywhere in the next step or two
-                _wait_for(lambda: steps_done() > done, proc)
-                time.sleep(float(rng.uniform(0.0, 1.5 * step_seconds)))
+            else:
+                kind, step = str(rng.choice(list(events))), done + int(rng.integers(1, 3))
+                kinds.append(kind)
+                _wait_for(lambda: events[kind](step), proc)
             assert proc.poll() is None, f"attempt {attempt}: the run finished before it could be killed"
             proc.kill()
             proc.wait(timeout=60)
@@ -454,6 +474,7 @@ def test_sigkill_at_random_points_never_corrupts_the_run(tmp_path):
         _assert_folder_sound(out)
         progress.append(len(RunFolder(out).read_metrics()))
     assert progress[-1] < 16 and len(set(progress)) > 1, progress  # the kills landed at different points of the run
+    assert len(set(kinds)) > 2, kinds
     train(resume=out, show_progress=False)
     _assert_folder_sound(out)
     assert not list((out / "checkpoints").glob(".tmp-*"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -110,12 +111,22 @@ def test_an_env_with_distances_but_no_state_needs_d0(policy):
     assert rewards_from_distances(trajectory.distances, "outcome") == [0.0, 0.0, 3.0]
 
 
+class _MeetingEnvironment(ToyEnvironment):
+    """A step passes only once another dialogue's step is in flight too (else it fails after a minute):
+    concurrency observed, not inferred from a sleep, so a busy machine cannot fake or hide it."""
+
+    meeting = threading.Barrier(2, timeout=60)
+
+    def step(self, response: str) -> StepResult:
+        self.meeting.wait()
+        return super().step(response)
+
+
 def test_environments_step_concurrently(policy):
-    ToyEnvironment.peak = 0
     spec = RolloutSpec(samples_per_scenario=4, max_turns=1, max_new_tokens=2, env_workers=4)
     with ThreadPoolExecutor(4) as pool:
-        rollout(policy, toy_scenarios(1), lambda: ToyEnvironment(delay=0.2), spec, pool=pool)
-    assert ToyEnvironment.peak >= 2
+        (group,) = rollout(policy, toy_scenarios(1), _MeetingEnvironment, spec, pool=pool)
+    assert [len(t) for t in group.trajectories] == [1, 1, 1, 1]  # every step met another one in flight
 
 
 def test_context_limit_ends_a_dialogue(policy):

@@ -227,7 +227,11 @@ def test_the_lora_output_is_a_plain_model_holding_the_trained_weights_for_mapo_t
           "--set", "rollout.scenarios_per_step=1", "--set", "rollout.samples_per_scenario=2", "--set", "policy.lora.r=4"]
     result = runner.invoke(app, ["train", "--output", str(tmp_path / "rl"), *rl])
     assert result.exit_code == 0, result.output
-    assert [m["step"] for m in RunFolder(tmp_path / "rl").read_metrics()] == [1]
+    (step,) = RunFolder(tmp_path / "rl").read_metrics()
+    assert step["step"] == 1
+    # the summary the trainer returned, printed: the reward it logged, the run, the evaluations to run next
+    assert f"reward_mean: step 1 {step['reward_mean']:+.3f}, step 1 {step['reward_mean']:+.3f}" in result.output
+    assert f"Run folder: {tmp_path / 'rl'}" in result.output and f"--model {final} --output" in result.output
     for model in (final, sft, adapter):  # the model folder, the SFT run folder that holds it, or its adapter
         out = tmp_path / f"eval-{model.name}"
         result = runner.invoke(app, ["eval", "--model", str(model), "--env", "toy-test", "--limit", "1", "--max-turns", "1",
@@ -305,7 +309,7 @@ def test_a_killed_run_resumes_to_the_uninterrupted_result(tmp_path):
 def test_a_training_config_chains_sft_then_rl_and_a_resume_skips_the_done_sft(tmp_path):
     overrides = [*TINY, "sft.max_steps=2", "env.name=toy-test", "steps=1", "rollout.engine=hf", "rollout.max_turns=2",
                  "rollout.max_new_tokens=6", "rollout.scenarios_per_step=1", "rollout.samples_per_scenario=2"]
-    run = train(load_config(None, overrides), output=tmp_path / "run", show_progress=False)
+    run = train(load_config(None, overrides), output=tmp_path / "run", show_progress=False).run_dir
     sft_metrics = (run / "sft" / "metrics.jsonl").read_text()
     assert [m["step"] for m in RunFolder(run / "sft").read_metrics()] == [0, 1, 2]
     assert load_config(run / "config.yaml").policy.model == "tiny"  # the config as written: SFT's starting point

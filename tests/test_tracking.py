@@ -61,7 +61,7 @@ def tracked_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         mp.delenv("MLFLOW_TRACKING_URI", raising=False)
         mp.delenv("WANDB_PROJECT", raising=False)
         config = load_config(None, [*TINY, "report_to=[tensorboard, wandb, mlflow]"])
-        return train(config, output=tmp_path_factory.mktemp("tracked") / "run", show_progress=False)
+        return train(config, output=tmp_path_factory.mktemp("tracked") / "run", show_progress=False).run_dir
 
 
 def _logged(run: Path) -> list[dict[str, float]]:

@@ -103,8 +103,7 @@ def test_minibatches_and_epochs_take_that_many_optimizer_steps():
 
 
 def test_the_first_optimizer_step_under_bf16_has_a_ratio_of_exactly_one():
-    from mapo.losses import policy_loss
-    from mapo.update import with_trainer_logprobs
+    from mapo.update import batch_loss, with_trainer_logprobs
 
     policy = tiny_policy(lora=True, dtype="bf16-mixed")
     traj = _one_trajectory(policy)
@@ -118,7 +117,7 @@ def test_the_first_optimizer_step_under_bf16_has_a_ratio_of_exactly_one():
     given = with_trainer_logprobs(policy, seqs, 2048, 1.0)
     chosen = sorted(given, key=lambda s: len(s.input_ids))
     n = sum(s.n_trained for s in chosen)
-    terms = policy_loss(policy, collate(chosen, policy.pad_id), LossSpec(), n, 1.0, importance="given")
+    terms = batch_loss(policy, collate(chosen, policy.pad_id), LossSpec(), n, 1.0, importance="given")
     assert terms.sums["ratio"] == n and terms.sums["kl_old"] == 0.0
 
 
@@ -189,6 +188,22 @@ def test_config_errors_name_the_key(tmp_path):
     assert nested == {"pool_size": 4, "roles": {"judge": {"kind": "learned", "path": "j", "decode": "nearest"}}}
     assert load_config(None, ["env.options.roles.judge.kind=learned", "env.options.roles.judge=offline"]).env.options == {
         "roles": {"judge": "offline"}}
+
+
+def test_a_nested_role_override_works_as_the_whole_mapping_does():
+    from mapo.envs.base import environment_factory
+
+    # options alone tune the default (offline) role, as {kind: offline, first_stage: 3} does
+    nested = load_config(None, ["env.options.roles.director.first_stage=3"])
+    whole = load_config(None, ["env.options.roles.director={kind: offline, first_stage: 3}"])
+    for config in (nested, whole):
+        env = environment_factory(config.env.name, config.env.options)()
+        assert type(env.director).__name__ == "RuleDirector" and env.director.first_stage == 3
+    # after a kind given by name, a nested key keeps that kind
+    named = load_config(None, ["env.options.roles.judge=learned", "env.options.roles.judge.path=j"]).env.options
+    assert named == {"roles": {"judge": {"kind": "learned", "path": "j"}}}
+    with pytest.raises(ValueError, match="roles.judge: OfflineJudge"):  # an option the kind does not take still fails
+        environment_factory("empathy", {"roles": {"judge": {"first_stage": 3}}})()
 
 
 def test_cli_reports_bad_config_and_missing_model(tmp_path):
@@ -292,8 +307,8 @@ def test_kill_and_resume_reproduces_the_uninterrupted_run(tmp_path):
     assert [p.name for p in run.list_checkpoints()] == ["step-000002"]
     # a torn tmp folder from a crash mid-write must not count as a checkpoint
     (run.checkpoints / ".tmp-step-000003-1").mkdir()
-    resumed = train(resume=killed, show_progress=False)
-    full = train(load_config(None, overrides), output=tmp_path / "full", show_progress=False)
+    resumed = train(resume=killed, show_progress=False).run_dir
+    full = train(load_config(None, overrides), output=tmp_path / "full", show_progress=False).run_dir
     got, want = _comparable(RunFolder(resumed).read_metrics()), _comparable(RunFolder(full).read_metrics())
     assert [m["step"] for m in got] == [1, 2, 3]
     _assert_close(got, want)

@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from mapo.ablate.intervals import t_interval
+from mapo.intervals import t_interval
 from mapo.validation import compressed_or_plain, text_of
 
 FIGURES = {

@@ -13,15 +13,14 @@ held-out evaluation and the outside benchmarks.
     state       the ablation folder on disk (what is done, what to resume)
     runner      one unit (train, evaluate, benchmark), the base, the process pool
     benchmarks  EQ-Bench v2 and EmoBench on a unit's policy, resumable
-    intervals   t intervals and the two-stage cluster bootstrap (pure numpy)
     stats       figures per run, evaluation and dialogue; mean ± std; paired differences with CIs
+                (the interval maths: mapo.intervals)
     tables      the report's tables as markdown and HTML
     excerpts    side-by-side transcript excerpts picked by a stated rule
     curves      curves.png
     report      ablation.{json,md,html}
 """
 
-from mapo.ablate.intervals import cluster_bootstrap, t_interval, t_quantile
 from mapo.ablate.plan import (
     PLANS,
     AblationPlan,
@@ -49,6 +48,7 @@ from mapo.ablate.stats import (
 )
 from mapo.ablate.tables import Table, to_markdown
 from mapo.ablate.variants import DEFAULT_VARIANTS, VARIANTS, Variant, register_variant
+from mapo.intervals import cluster_bootstrap, t_interval, t_quantile
 
 __all__ = [
     "DEFAULT_VARIANTS",

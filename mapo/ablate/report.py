@@ -240,7 +240,7 @@ def _plan_line(plan: AblationPlan) -> str:
 def write_outputs(out: Path, plan: AblationPlan, paired_with: Sequence[str] = ()) -> Path:
     """ablation.{json,md,html} and curves.png from whatever units have finished; returns ablation.md.
     `paired_with`: variants to pair every other with, beside mapo-idr."""
-    from mapo.evaluate.html import esc, page
+    from mapo.report.html import esc, page
 
     strays = [v for v in paired_with if v not in plan.variants]
     if strays:

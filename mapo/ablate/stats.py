@@ -1,7 +1,7 @@
 """The ablation's statistics: each run's, evaluation's and held-out dialogue's figures, mean and
 sample std over seeds, and every metric's difference to the reference variant with a 95 %
 confidence interval, paired by seed (t interval over seeds) and by held-out dialogue (the same
-scenario and sample at the same seed; two-stage cluster bootstrap, `mapo.ablate.intervals`)."""
+scenario and sample at the same seed; two-stage cluster bootstrap, `mapo.intervals`)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from mapo.ablate.intervals import cluster_bootstrap, t_interval
 from mapo.ablate.plan import AblationPlan, Unit
 from mapo.ablate.state import seed_base_name
-from mapo.evaluate.empa import HACKING_HIGHER_IS_BETTER, HACKING_LABELS, monitor_figures, transcript_hacking_metrics
+from mapo.degeneracy import HACKING_HIGHER_IS_BETTER, HACKING_LABELS
+from mapo.evaluate.empa import monitor_figures, transcript_hacking_metrics
+from mapo.intervals import cluster_bootstrap, t_interval
 
 METRICS = (  # (key, column header): held-out evaluation metrics in the table
     ("pass_rate", "pass rate (%)"),

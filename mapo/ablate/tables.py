@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mapo.ablate.intervals import BOOTSTRAP_SEED, RESAMPLES
 from mapo.ablate.stats import METRICS, PAIRED_REFERENCE
+from mapo.intervals import BOOTSTRAP_SEED, RESAMPLES
 
 CI_NOTE = "* the 95 % interval excludes 0."
 
@@ -33,7 +33,7 @@ class Table:
         return "\n".join(lines + ([f"\n{self.note}"] if self.note else [])) + "\n"
 
     def html(self) -> str:
-        from mapo.evaluate.html import esc
+        from mapo.report.html import esc
 
         def cells(row: Sequence[str], tag: str) -> str:
             return "".join(f"<{tag}{' class=num' if i >= self.numeric_from else ''}>"

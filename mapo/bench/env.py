@@ -61,7 +61,8 @@ def judge_kind(config: TrainConfig) -> str | None:
     if config.env.name != "empathy":
         return None
     judge = (config.env.options.get("roles") or {}).get("judge", "offline")
-    return str(judge.get("kind")) if isinstance(judge, dict) else judge if isinstance(judge, str) else type(judge).__name__
+    # a mapping without a kind tunes the offline judge (mapo.envs.empathy.roles.make_role)
+    return str(judge.get("kind", "offline")) if isinstance(judge, dict) else judge if isinstance(judge, str) else type(judge).__name__
 
 
 def bench_env_latency(policy: Any, scenarios: list[Any], make_env: Any, config: TrainConfig,

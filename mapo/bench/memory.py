@@ -58,7 +58,9 @@ def _training_step(config: Any, trajectories: int, turns: int) -> dict[str, Any]
     from mapo.bench import load_parts
     from mapo.losses import packed_sequence
     from mapo.rollout import rollout
-    from mapo.update import compute_advantages, fill_rewards, make_optimizer, update
+    from mapo.advantages import compute_advantages
+    from mapo.rewards import fill_rewards
+    from mapo.update import make_optimizer, update
 
     # no early success here either: every dialogue runs all `turns` unless its user gives up
     options = {**config.env.options, "success_from_turn": turns + 1}

@@ -15,13 +15,15 @@ from typing import Any
 
 import torch
 
+from mapo.advantages import compute_advantages
 from mapo.bench import bench_rollout_spec
 from mapo.config import TrainConfig
 from mapo.losses import TrainSequence, packed_sequence, per_turn_sequences
 from mapo.policy import Policy
+from mapo.rewards import fill_rewards
 from mapo.rollout import rollout
-from mapo.update import compute_advantages, fill_rewards, make_optimizer, update
 from mapo.types import Scenario
+from mapo.update import make_optimizer, update
 
 
 def _timed_update(policy: Policy, sequences: list[TrainSequence], config: TrainConfig) -> dict[str, float]:

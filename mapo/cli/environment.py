@@ -101,7 +101,7 @@ def env_calibrate(
 
 @env_app.command("train-judge")
 def env_train_judge(
-    out: Annotated[Path, typer.Option("--out", help="The judge folder to write (judge.json, weights.pt).")],
+    out: Annotated[Path, typer.Option("--output", "--out", help="The judge folder to write (judge.json, weights.pt).")],
     exemplars: Annotated[Optional[Path], typer.Option(help="Folder of exemplar .yaml files (default: bundled; sealed sets left out).")] = None,
     split: Annotated[
         Optional[list[str]], typer.Option("--split", help="Splits to train on (repeatable; default calibration, heldout, adversarial, blind).")
@@ -135,7 +135,7 @@ def env_train_judge(
 @env_app.command("demos")
 def env_demos(
     env: Annotated[str, typer.Argument(help="A questioning game: twenty-questions or troubleshooting.")],
-    out: Annotated[Path, typer.Option("--out", help="The JSONL file to write (one dialogue per line).")],
+    out: Annotated[Path, typer.Option("--output", "--out", help="The JSONL file to write (one dialogue per line).")],
     player: Annotated[str, typer.Option(help="Reference player: optimal or random.")] = "random",
     games: Annotated[int, typer.Option(help="How many games to write.")] = 200,
     split: Annotated[str, typer.Option(help="Secrets to play: train, test or all.")] = "train",

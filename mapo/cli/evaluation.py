@@ -214,8 +214,8 @@ def report(
     """Write RUN/report.html: training curves as embedded plots, links to transcripts and checkpoints;
     with --png, one learning-curve image of all the runs given."""
     from mapo.evaluate.compare import result_file
-    from mapo.evaluate.curves import reference_figures, write_learning_curve
-    from mapo.evaluate.report import write_report
+    from mapo.report.curves import reference_figures, write_learning_curve
+    from mapo.report.run import write_report
 
     try:
         for run in runs:

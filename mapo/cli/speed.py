@@ -154,7 +154,7 @@ def bench_env_command(
     steps: Annotated[int, typer.Option(help="Environment steps timed.")] = 40,
     output: BenchOutOpt = None,
 ) -> None:
-    """Offline environment step latency (p50/p90) against the time of one policy reply."""
+    """Environment step latency (p50/p90) with the configured judge (offline unless --set says) against the time of one policy reply."""
     _suite_bench("env", config, set_, output, steps=steps)
 
 

@@ -29,7 +29,7 @@ def train(
         raise fail(ValueError(f"--output {output} already holds a run; use --resume {output} to continue it"))
     settings = None if resume is not None else train_config(config, set_)
     try:
-        run_dir = run_training(settings, output=output, resume=resume, overrides=(set_ or []) if resume else [])
+        result = run_training(settings, output=output, resume=resume, overrides=(set_ or []) if resume else [])
     except (ValueError, FileNotFoundError) as err:
         raise fail(err) from None
     except TrainingStopped as err:  # the environment's servers kept failing (mapo.reliability)
@@ -38,11 +38,5 @@ def train(
     except TrainingInterrupted as err:  # Ctrl-C or SIGTERM: a checkpoint was saved
         typer.echo(err.resume_hint("mapo train"))
         raise typer.Exit(130) from None
-    from mapo.run_folder import RunFolder
-    from mapo.records import training_summary
-
-    from mapo.config import load_config
-
-    base_model = load_config(Path(run_dir) / "config.yaml").policy.model
-    for line in training_summary(RunFolder(run_dir).read_metrics(), str(run_dir), base_model):
+    for line in result.summary:
         typer.echo(line)

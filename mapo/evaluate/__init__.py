@@ -4,6 +4,8 @@
 - `emobench`, `eqbench` (`mapo bench emobench|eqbench`): the public single-turn
   benchmarks with their authors' scoring, sharing `bench` and `responders`;
 - `compare` (`mapo compare`): results side by side with deltas;
-- `report` (`mapo report`, written at the end of every training run): curves as one HTML page;
-- `html`: the transcript viewer; `checkpoints`: loading a training run's policy.
+- `checkpoints`: loading a training run's policy;
+- the blind side-by-side ratings (`blind_pairs`, `blind_score`, `blind_pool`).
+
+The run report (`mapo report`) and the transcript viewer are mapo.report.
 """

@@ -15,8 +15,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from mapo.ablate.intervals import cluster_bootstrap
 from mapo.evaluate.blind_score import win_share
+from mapo.intervals import cluster_bootstrap
 
 SCORE_KEYS = ("runs", "pairs", "ties", "win", "scores", "epmq_agreement")
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mapo.ablate.intervals import clopper_pearson
 from mapo.evaluate.blind_pairs import KEY_FORMAT, RATINGS_HEADER, SHA_LINE, SIDES, sha256_of
+from mapo.intervals import clopper_pearson
 from mapo.validation import read_records
 from mapo.validation import read_text
 

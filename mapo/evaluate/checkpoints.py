@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mapo.sft.chain import chained_policy
-from mapo.sft.spec import FINAL, SFT_MARKER
+from mapo.sft.outputs import FINAL, SFT_MARKER
 
 _RUN_CONFIG = "config.yaml"
 

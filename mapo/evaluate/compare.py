@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mapo.evaluate.empa import EPMQ_KEYS, HACKING_HIGHER_IS_BETTER, HACKING_LABELS, monitor_figures
-from mapo.evaluate.html import esc, page
+from mapo.degeneracy import HACKING_HIGHER_IS_BETTER, HACKING_LABELS
+from mapo.evaluate.empa import EPMQ_KEYS, monitor_figures
 from mapo.evaluate.validity import verdict_of
+from mapo.report.html import esc, page
 from mapo.validation import compressed_or_plain, read_records, read_text
 
 

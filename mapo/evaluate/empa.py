@@ -21,24 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from mapo.degeneracy import dialogue_hacking_metrics
+from mapo.degeneracy import HACKING_LABELS, dialogue_hacking_metrics
 from mapo.envs.dynamics import EPMQ_INDICES, DynamicsConfig, NeedState, epmq
 from mapo.records import turn_record
-from mapo.types import AXES, Scenario, Trajectory
+from mapo.types import AXES, OUTCOMES, Scenario, Trajectory, outcome_of
 
-OUTCOMES = ("success", "failure", "timeout", "other")
 EPMQ_KEYS = (*EPMQ_INDICES, "outcome", "efficiency", "stability", "epmq")
-_TIMEOUT_REASONS = ("timeout", "max_turns")
-# The reward-hacking monitor's keys (`mapo.degeneracy.dialogue_hacking_metrics`) as people read them.
-HACKING_LABELS = {
-    "hack_distinct2": "distinct-2",
-    "hack_repetition": "repetition",
-    "hack_echo": "echo",
-    "hack_role_swap": "role swap",
-    "hack_fragment": "fragment",
-    "hack_reask": "re-asked question",
-}
-HACKING_HIGHER_IS_BETTER = frozenset({"hack_distinct2"})  # varied wording; the others are failures
 
 
 def transcript_hacking_metrics(transcripts: Iterable[Mapping[str, Any]]) -> dict[str, float]:
@@ -54,15 +42,6 @@ def monitor_figures(hacking: Mapping[str, float], transcripts: Iterable[Mapping[
     if not transcripts or all(key in hacking for key in HACKING_LABELS):
         return dict(hacking)
     return {**transcript_hacking_metrics(transcripts), **hacking}
-
-
-def outcome_of(done_reason: str | None) -> str:
-    """The EMPA outcome class of a dialogue's ending reason."""
-    if done_reason in ("success", "failure"):
-        return done_reason
-    if done_reason in _TIMEOUT_REASONS:
-        return "timeout"
-    return "other"
 
 
 def initial_state_of(trajectory: Trajectory) -> tuple[float, ...]:

@@ -131,7 +131,7 @@ def env_options_for(spec: EvalSpec) -> dict[str, Any]:
 def run_eval(policy: Any, spec: EvalSpec, out_dir: str | Path, policy_label: str = "") -> Path:
     """Roll the policy out on every scenario (`spec.samples` each), score, and write
     `eval.json`, `transcripts.jsonl` and `transcripts.html` into `out_dir`; returns eval.json."""
-    from mapo.evaluate.html import render_transcripts
+    from mapo.report.html import render_transcripts
 
     if spec.scenarios_per_batch < 1:
         raise ValueError(f"scenarios_per_batch must be >= 1, got {spec.scenarios_per_batch}")

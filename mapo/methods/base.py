@@ -20,9 +20,7 @@ from typing import Any
 
 import torch
 
-from mapo.types import Group
-
-Nested = list[list[list[float | None]]]
+from mapo.types import Group, Nested
 
 
 class TrainingMethod:

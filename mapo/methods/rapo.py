@@ -33,9 +33,7 @@ from mapo.methods.base import TrainingMethod
 from mapo.methods.hindsight_llm import make_llm_hindsight
 from mapo.methods.ranking import critique_from_levels, make_ranker
 from mapo.policy import Policy
-from mapo.types import Group, Scenario, Trajectory
-
-Nested = list[list[list[float | None]]]
+from mapo.types import Group, Nested, Scenario, Trajectory
 
 HINDSIGHT_MODES = ("off", "quantile", "judge", "llm")
 TEACHERS = ("current", "ema")

@@ -1,6 +1,6 @@
 """Supervised fine-tuning on dialogues (`mapo sft`), the warm start before RL.
 
-    spec     the `sft` config section
+    outputs  what an SFT run folder holds (its model, adapter, marker); the `sft` config section is mapo.config.SftSpec
     data     reading and validating the JSONL dialogues, the held-out split
     tokens   a dialogue's token ids and trained positions, built by the RL path
     loss     token-mean cross-entropy over assistant tokens

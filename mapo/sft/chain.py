@@ -15,7 +15,7 @@ from pathlib import Path
 
 from mapo.config import TrainConfig
 from mapo.model_source import PolicySpec
-from mapo.sft.spec import FINAL
+from mapo.sft.outputs import FINAL
 
 SFT_FOLDER = "sft"
 

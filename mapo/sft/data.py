@@ -18,7 +18,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError, field_validator, model_validator
 
-from mapo.sft.spec import SftSpec
+from mapo.config import SftSpec
 from mapo.validation import describe_validation_error, json_lines
 
 

@@ -27,18 +27,19 @@ from typing import Any
 
 import numpy as np
 
-from mapo.config import OptimSpec, TrainConfig, config_dict, dump_config, load_config
+from mapo.config import OptimSpec, TrainConfig, config_dict
 from mapo.gguf_cache import drop_quantisation_flag
 from mapo.losses import collate
 from mapo.model_source import resolve_source
 from mapo.policy import Policy, load_policy
 from mapo.progress import progress_bar
 from mapo.reliability import TrainingInterrupted
-from mapo.run_folder import RunFolder, new_run_dir, open_for_resume, restore_latest, write_folder
+from mapo.report.run import write_report
+from mapo.run_folder import RunFolder, open_run, write_folder
 from mapo.runtime import configure_threads, read_trainer_state, seed_everything, step_seed, write_trainer_state
 from mapo.sft.data import train_and_held_out
 from mapo.sft.loss import held_out_loss, summed_nll
-from mapo.sft.spec import ADAPTER_DIR, FINAL, SFT_MARKER
+from mapo.sft.outputs import ADAPTER_DIR, FINAL, SFT_MARKER
 from mapo.sft.tokens import training_sequence
 from mapo.tracking import Tracking, check_installed
 from mapo.update import make_optimizer, micro_batches, step_if_finite
@@ -233,8 +234,6 @@ class SftTrainer:
             if self.policy.lora:  # before the merge below: the adapter alone, to commit or share
                 write_folder(run.path / ADAPTER_DIR, self.policy.save_pretrained)
             final = export_model(self.policy, run.path / FINAL)
-            from mapo.evaluate.report import write_report
-
             tracking.finish(write_report(run.path), final)
         if self._stop_requested:  # Ctrl-C in the last step, which finished: the caller must still stop
             raise TrainingInterrupted(run.path, self.step, finished=True)
@@ -253,14 +252,8 @@ def run_sft(
     `resume` continues RUN_DIR from its latest checkpoint with its own config.yaml (plus
     `overrides`); otherwise `config` runs in `output` or `<output_dir>/<name>-sft-<timestamp>`.
     """
-    if resume is not None:
-        run, config = open_for_resume(resume, overrides)
-        trainer = SftTrainer(config)
-        # without a checkpoint nothing is kept: the base model's held-out loss is measured again
-        restore_latest(run, config, trainer, logs_kept_without_checkpoint=-1)
-    else:
-        config = config or load_config(None, overrides)
-        trainer = SftTrainer(config)  # data and model first: a bad one leaves no folder behind
-        run = RunFolder(Path(output) if output is not None else new_run_dir(config.output_dir, f"{config.name}-sft"))
-        dump_config(config, run.path / "config.yaml")
+    # resumed without a checkpoint, nothing is kept: the base model's held-out loss is measured again
+    run, trainer = open_run(
+        config, output, resume, overrides, lambda config, _: SftTrainer(config), "-sft", logs_kept_without_checkpoint=-1
+    )
     return trainer.train(run, show_progress=show_progress)

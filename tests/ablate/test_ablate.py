@@ -789,7 +789,11 @@ def test_a_worker_s_training_interrupted_crosses_the_process_boundary():
 def test_a_rate_s_or_norm_s_spread_band_stays_within_its_range_and_a_reward_s_does_not():
     import numpy as np
 
-    from mapo.ablate.curves import HELDOUT, SUCCESS, spread_band
+    from mapo.ablate.curves import HELDOUT, PANEL_BOUNDS, SUCCESS
+    from mapo.report.plots import spread_band as band
+
+    def spread_band(stack, mean, key):
+        return band(stack, mean, PANEL_BOUNDS.get(key, (-np.inf, np.inf)))
 
     stack = np.array([[0.0, 1.0], [0.9, 1.0], [0.1, 0.4]])
     mean = stack.mean(axis=0)

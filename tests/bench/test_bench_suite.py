@@ -74,6 +74,8 @@ def test_the_env_latency_row_names_the_configured_judge():
     assert judge_kind(load_config(None)) == "offline"
     assert judge_kind(load_config(None, ["env.options.roles.judge.kind=learned", "env.options.roles.judge.path=j"])) == "learned"
     assert judge_kind(load_config(None, ["env.options.roles.judge=llm"])) == "llm"
+    assert judge_kind(load_config(None, ["env.options.roles.judge=learned", "env.options.roles.judge.path=j"])) == "learned"
+    assert judge_kind(load_config(None, ["env.options.roles.judge.degenerate_gate=false"])) == "offline"
     assert judge_kind(load_config(None, ["env.name=twenty-questions"])) is None
 
 

@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from mapo.cli import app
-from mapo.evaluate.html import render_transcripts
-from mapo.evaluate.report import PANELS, write_report
+from mapo.report.html import render_transcripts
+from mapo.report.run import PANELS, write_report
 
 ALL_KEYS = (
     "reward_mean return_mean success_rate done_success done_max_turns grad_norm grad_norm_max loss pg_loss "
@@ -122,7 +122,7 @@ def test_report_png_draws_several_runs_against_the_reference_players(tmp_path):
     assert result.exit_code == 0, result.output
     assert png.read_bytes().startswith(b"\x89PNG") and f"Learning curve: {png}" in result.output
     assert all((run / "report.html").is_file() for run in runs)
-    from mapo.evaluate.curves import reference_figures
+    from mapo.report.curves import reference_figures
 
     assert reference_figures(evaluation / "eval.json") == {
         "optimal": {"success_rate": 1.0, "bits_per_question": 0.98}, "random": {"success_rate": 0.3, "bits_per_question": 0.35}}
@@ -140,7 +140,7 @@ def gzip_in_place(path):
 
 def test_an_archived_run_s_gzipped_metrics_and_eval_read_like_plain_ones(tmp_path):
     from mapo.evaluate.compare import load_result
-    from mapo.evaluate.curves import reference_figures
+    from mapo.report.curves import reference_figures
     from mapo.run_folder import RunFolder, read_metrics
 
     plain = write_run(tmp_path / "plain", keys=["reward_mean", "env_success_rate"], steps=4, cut_last_line=True)

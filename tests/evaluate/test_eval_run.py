@@ -13,9 +13,10 @@ from typer.testing import CliRunner
 from fixture_paths import FIXTURES
 
 from mapo.cli import app
+from mapo.degeneracy import HACKING_LABELS
 from mapo.envs.empathy.cards import bundled_scenarios
 from mapo.evaluate.checkpoints import load_eval_policy
-from mapo.evaluate.empa import EPMQ_KEYS, HACKING_LABELS, aggregate
+from mapo.evaluate.empa import EPMQ_KEYS, aggregate
 
 
 def test_tiny_model_on_two_empathy_scenarios(tmp_path):
@@ -77,7 +78,7 @@ def _train_tiny_run(tmp_path):
         "checkpoint_every=1", "rollout.scenarios_per_step=1", "rollout.samples_per_scenario=2",
         "rollout.max_turns=2", "rollout.max_new_tokens=6", "optim.lr=0.05",
     ])
-    return train(config, output=tmp_path / "run", show_progress=False)
+    return train(config, output=tmp_path / "run", show_progress=False).run_dir
 
 
 def test_a_training_run_is_evaluated_from_its_folder(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 from mapo.config import load_config
 from mapo.methods import attached_methods
 from mapo.methods.compeer import Redundancy, apply_redundancy
-from mapo.update import fill_rewards
+from mapo.rewards import fill_rewards
 from mapo.types import Group, Trajectory, Turn
 
 

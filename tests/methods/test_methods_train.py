@@ -34,7 +34,7 @@ def test_all_methods_in_one_tiny_step(tmp_path):
         "rapo.distill=true",
         "rapo.distill_teacher=ema",
     ]
-    run = train(load_config(None, overrides), output=tmp_path / "run", show_progress=False)
+    run = train(load_config(None, overrides), output=tmp_path / "run", show_progress=False).run_dir
     (metrics,) = RunFolder(run).read_metrics()
     for key in (
         "redundancy_s_in_mean",
@@ -60,7 +60,7 @@ def test_all_methods_in_one_tiny_step(tmp_path):
 @pytest.mark.slow  # ~25 s: a whole training step
 def test_branching_with_distillation_in_one_tiny_step(tmp_path):
     overrides = [*TINY, "rollout.samples_per_scenario=3", "rapo.branching=true", "rapo.distill=true"]
-    run = train(load_config(None, overrides), output=tmp_path / "run", show_progress=False)
+    run = train(load_config(None, overrides), output=tmp_path / "run", show_progress=False).run_dir
     (metrics,) = RunFolder(run).read_metrics()
     assert metrics["branch_groups"] >= 1 and metrics["ranker_fallbacks"] == 0
     assert metrics["distill_replies"] == metrics["branch_groups"]

@@ -14,7 +14,7 @@ builds it. `make_role(role, spec)` accepts
 - a kind name resolved in `ROLES[role]` (a `mapo.registry.Registry`): the built-ins
   "offline" and "llm", anything registered, an entry point of group "mapo.roles.<role>"
   (e.g. "mapo.roles.judge"), or "package.module:Factory";
-- a mapping {"kind": name, **options}, as written in a config file.
+- a mapping {"kind": name, **options}, as written in a config file (no kind: the offline one).
 
 A name registered before its first use takes precedence over a built-in of that name.
 """
@@ -128,9 +128,7 @@ def make_role(role: str, spec: Any, options: Mapping[str, Any] | None = None) ->
     options = dict(options or {})
     if isinstance(spec, Mapping):
         spec = dict(spec)
-        if "kind" not in spec:
-            raise ValueError(f"roles.{role}: a role mapping needs a 'kind' (e.g. offline or llm), got keys {sorted(spec)}")
-        kind = spec.pop("kind")
+        kind = spec.pop("kind", "offline")  # options alone tune the default (offline) role, as a config's nested --set does
         options = {**spec, **options}
     elif isinstance(spec, str):
         kind = spec

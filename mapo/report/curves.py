@@ -13,7 +13,8 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from mapo.evaluate.report import numeric_series
+from mapo.report.plots import Curve, draw, pyplot, save_png, step_axis
+from mapo.report.run import numeric_series
 from mapo.run_folder import read_metrics
 from mapo.validation import compressed_or_plain, text_of
 
@@ -62,11 +63,6 @@ def write_learning_curve(
     title: str = "",
 ) -> Path:
     """Draw the runs' curves (smoothed over `window` steps) into the PNG file `out`; returns it."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     if not runs:
         raise ValueError("no training runs given")
     loaded = []
@@ -76,31 +72,20 @@ def write_learning_curve(
             raise ValueError(f"{run}: metrics.jsonl has no rows yet")
         loaded.append(numeric_series(rows))
     metrics = CURVE_METRICS if any("env_success_rate" in series for _, series in loaded) else FALLBACK_METRICS
-    figure, axes_row = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.4), squeeze=False, layout="constrained")
+    steps = max((steps for steps, _ in loaded), key=len)
+    figure, axes_row = pyplot().subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.4), squeeze=False,
+                                         layout="constrained")
     for axes, (key, (label, reference_key)) in zip(axes_row[0], metrics.items()):
-        curves = [(steps, _smoothed(series.get(key, [math.nan] * len(steps)), window)) for steps, series in loaded]
-        for steps, values in curves:
-            axes.plot(steps, values, color="C0", alpha=0.35, linewidth=1)
-        longest = max(len(steps) for steps, _ in curves)
-        mean = []
-        for i in range(longest):
-            column = [values[i] for _, values in curves if i < len(values) and math.isfinite(values[i])]
-            mean.append(sum(column) / len(column) if column else math.nan)
-        steps = next(steps for steps, _ in curves if len(steps) == longest)
-        axes.plot(steps, mean, color="C0", linewidth=2.2, label=f"mean of {len(curves)} run{'s' * (len(curves) > 1)}")
+        smoothed = [_smoothed(series.get(key, [math.nan] * len(run_steps)), window) for run_steps, series in loaded]
+        draw(axes, Curve(f"mean of {len(runs)} run{'s' * (len(runs) > 1)}", smoothed, steps, color="C0", spread="lines",
+                         width=2.2))
         for k, (player, figures) in enumerate(sorted((references or {}).items())):
             if reference_key and reference_key in figures:
                 axes.axhline(figures[reference_key], color=f"C{k + 1}", linestyle="--", linewidth=1.2,
                              label=f"{player} player (held-out)")
         axes.set_title(label, fontsize=10)
-        axes.set_xlabel("step")
-        axes.grid(alpha=0.3)
+        step_axis(axes)
         axes.legend(fontsize=7, loc="best")
     if title:
         figure.suptitle(title, fontsize=11)
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
-
+    return save_png(figure, out)

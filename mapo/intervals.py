@@ -1,4 +1,4 @@
-"""Confidence intervals for the ablation's paired differences (pure numpy, no scipy).
+"""Confidence intervals (pure numpy, no scipy): the ablation's paired differences and the blind ratings' shares.
 
 - `t_interval`: mean ± t(level, n - 1) · s / √n over independent values (the seeds). Student's
   t quantile is exact: the CDF of t with integer degrees of freedom is a finite trigonometric

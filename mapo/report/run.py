@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import base64
 import fnmatch
-import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mapo.evaluate.html import esc, page, render_transcripts
+from mapo.report.html import esc, page, render_transcripts
+from mapo.report.plots import Curve, draw, png_bytes, pyplot, step_axis
 from mapo.run_folder import read_metrics
 from mapo.validation import compressed_or_plain, intact_records
 
@@ -95,40 +95,16 @@ def _matching(patterns: Sequence[str], keys: Sequence[str]) -> list[str]:
     return out
 
 
-def _png(figure: Any) -> str:
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=100)
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
-def _draw(axes: Any, steps: list[float], series: dict[str, list[float]], keys: Sequence[str], styles: Any) -> list[Any]:
-    lines = []
-    for key in keys:
-        values = series[key]
-        marker = "o" if sum(math.isfinite(v) for v in values) < 30 else None
-        (line,) = axes.plot(steps, values, marker=marker, markersize=3, linewidth=1.6, label=key, **next(styles))
-        lines.append(line)
-    axes.ticklabel_format(axis="y", useOffset=False)  # "+1.0789e1" offsets hide the actual values
-    return lines
-
-
-def _step_axis(axes: Any) -> None:
-    from matplotlib.ticker import MaxNLocator
-
-    axes.set_xlabel("step")
-    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes.grid(alpha=0.3)
+def _curves(axes: Any, steps: list[float], series: dict[str, list[float]], keys: Sequence[str], first: int = 0,
+            dashed: bool = False) -> list[Any]:
+    """One line per key, coloured on from C`first` (a right-hand axis continues its left one's colours)."""
+    return [draw(axes, Curve(key, [series[key]], steps, color=f"C{(first + i) % 10}", dashed=dashed))
+            for i, key in enumerate(keys)]
 
 
 def panel_png(panel: Panel, steps: list[float], series: dict[str, list[float]]) -> str | None:
     """The panel's plot as base64 PNG, or None when none of its keys was logged."""
-    import itertools
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     keys = list(series)
     if panel.subplots:
         chosen = [(title, _matching(patterns, keys)) for title, patterns in panel.subplots]
@@ -136,34 +112,28 @@ def panel_png(panel: Panel, steps: list[float], series: dict[str, list[float]]) 
             return None
         figure, axes_row = plt.subplots(1, len(chosen), figsize=(11, 3.4), squeeze=False, layout="constrained")
         for axes, (title, found) in zip(axes_row[0], chosen):
-            styles = itertools.cycle([{"color": f"C{i}"} for i in range(10)])
-            _draw(axes, steps, series, found, styles)
+            _curves(axes, steps, series, found)
             axes.set_title(title, fontsize=10)
-            _step_axis(axes)
+            step_axis(axes)
             if found:
                 axes.legend(fontsize=7)
         figure.suptitle(panel.title, fontsize=11)
-        png = _png(figure)
-        plt.close(figure)
-        return png
+        return base64.b64encode(png_bytes(figure)).decode("ascii")
     keys = [k for k in keys if k not in panel.exclude]
     primary, secondary = _matching(panel.keys, keys), _matching(panel.secondary, keys)
     if not primary and not secondary:
         return None
     figure, axes = plt.subplots(figsize=(5.6, 3.3), layout="constrained")
-    styles = itertools.cycle([{"color": f"C{i}"} for i in range(10)])
-    lines = _draw(axes, steps, series, primary, styles)
+    lines = _curves(axes, steps, series, primary)
     axes.set_ylabel(panel.ylabel)
-    _step_axis(axes)
+    step_axis(axes)
     if secondary:
         right = axes.twinx()
-        lines += _draw(right, steps, series, secondary, map(lambda s: {**s, "linestyle": "--"}, styles))
+        lines += _curves(right, steps, series, secondary, first=len(primary), dashed=True)
         right.set_ylabel(panel.secondary_label)
     axes.legend(lines, [line.get_label() for line in lines], fontsize=7, loc="best")
     axes.set_title(panel.title, fontsize=11)
-    png = _png(figure)
-    plt.close(figure)
-    return png
+    return base64.b64encode(png_bytes(figure)).decode("ascii")
 
 
 def _last_finite(values: list[float]) -> float:
