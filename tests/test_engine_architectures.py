@@ -62,18 +62,19 @@ def _sharpen(model: torch.nn.Module, seed: int) -> None:
                 param.copy_(noise * 0.3)  # biases
 
 
-def _policy(kind: str, tmp_path, lora: bool = True):
-    config = tmp_path / f"{kind}.json"
-    config.write_text(json.dumps(CONFIGS[kind]))
+def _policy(kind: str, tmp_path, lora: bool = True, config: dict | None = None, tokenizer: str | None = None):
+    """A random model of `kind` (or of `config`) with SmolLM2's tokenizer (or `tokenizer`), sharpened."""
     import os
 
-    spec = PolicySpec(model=f"random:{config}", dtype="float32", tokenizer=os.environ.get("MAPO_TEST_TOKENIZER"),
+    path = tmp_path / f"{kind}.json"
+    path.write_text(json.dumps(config or CONFIGS[kind]))
+    spec = PolicySpec(model=f"random:{path}", dtype="float32", tokenizer=tokenizer or os.environ.get("MAPO_TEST_TOKENIZER"),
                       lora=LoraSpec(enabled=lora, r=4, alpha=8))
     policy = load_policy(spec, seed=0)
     _sharpen(policy.model, seed=3)
     if lora:
         _randomise_lora(policy, seed=1)
-    return policy, config
+    return policy, path
 
 
 def _contexts(policy, n: int = 3) -> list[list[int]]:

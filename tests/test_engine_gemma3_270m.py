@@ -111,3 +111,35 @@ def test_gemma_on_the_engine_samples_close_to_torch_after_a_sync(gemma, base_typ
     old = np.concatenate([_torch_logprobs(gemma, c, s.ids) for c, s in zip(contexts, samples)])
     stats = mismatch_stats(old, np.concatenate([s.logprobs for s in samples]))
     assert stats.tokens > 0 and stats.kl_behaviour_old < kl_below
+
+
+@pytest.mark.slow
+def test_a_gemma_folder_without_a_gguf_file_gets_a_sentencepiece_vocabulary(gemma, tmp_path):
+    """A Gemma model from an HF folder has no GGUF to copy the vocabulary from: the export writes
+    Gemma's tokenizer as llama.cpp's SentencePiece (`llama`) model, which loads and serves."""
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    import gguf
+
+    from mapo.engines.gguf_export import write_model
+    from tests.test_engine_architectures import CONFIGS, _policy
+
+    gemma.tokenizer.save_pretrained(str(tmp_path / "tokenizer"))
+    config = {**CONFIGS["gemma3"], "vocab_size": len(gemma.tokenizer)}  # Gemma's 262k ids over a tiny model
+    policy, _ = _policy("gemma3", tmp_path, config=config, tokenizer=str(tmp_path / "tokenizer"))
+    path = write_model(policy.model, policy.tokenizer, tmp_path / "tiny-gemma.gguf")
+    fields = gguf.GGUFReader(str(path)).fields
+    assert fields["tokenizer.ggml.model"].contents() == "llama"
+    types = fields["tokenizer.ggml.token_type"].contents()
+    byte_id = policy.tokenizer.convert_tokens_to_ids("<0x0A>")
+    assert types[byte_id] == gguf.TokenType.BYTE  # byte fallback pieces, as SentencePiece marks them
+    assert types[gemma.end_of_turn_id] in (gguf.TokenType.CONTROL, gguf.TokenType.USER_DEFINED)
+
+    from mapo.engines.llamacpp import LlamaCppEngine, LlamaCppSpec
+    from tests.test_engine_llamacpp import TEMPERATURE, _gap
+
+    with LlamaCppEngine(policy, slots=2, context_per_slot=256, spec=LlamaCppSpec(threads=1, base_type="F32"),
+                        workdir=tmp_path / "engine") as engine:  # its load checks the vocabulary id by id
+        engine.sync(0)
+        torch.manual_seed(3)
+        contexts = [policy.first_prompt_ids("Be kind.", f"My plant died, day {k}.") for k in range(2)]
+        assert _gap(policy, contexts, engine.sample(contexts, max_new_tokens=8, temperature=TEMPERATURE)) < 2e-3

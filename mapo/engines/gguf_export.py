@@ -31,8 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mapo.engines.gguf_arch import (  # noqa: F401  (ExportError, SUPPORTED_TYPES, gguf_name: this module's API)
-    SUPPORTED_TYPES,
+from mapo.engines.gguf_arch import (  # noqa: F401  (ExportError, gguf_name, interleave_rotary_rows: re-exported)
     ExportError,
     add_hyperparameters,
     architecture,
