@@ -199,7 +199,7 @@ def resolve_source(spec: PolicySpec) -> tuple[str, Path | None]:
         hint = f"; it holds GGUF files ({', '.join(ggufs)}): set policy.gguf_file" if ggufs else ""
         raise ModelSourceError(f"policy.model: {path} has no config.json{hint}")
     raise ModelSourceError(
-        f"policy.model: {spec.model!r} does not exist; expected 'embedded', '{GEMMA3_270M}', 'tiny', "
+        f"policy.model: {spec.model!r} does not exist; expected 'embedded', 'tiny', '{GEMMA3_270M}', "
         "a Hugging Face model folder (with config.json), a LoRA adapter folder (adapter_config.json) or a .gguf file"
     )
 
