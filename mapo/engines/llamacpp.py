@@ -165,6 +165,7 @@ class LlamaCppEngine:
         if self.base_type == SOURCE and source_gguf is None:
             raise EngineError("rollout.llamacpp.base_type=source needs a policy loaded from a GGUF file")
         self.slots, self.context_per_slot = slots, context_per_slot
+        self.source_gguf = Path(source_gguf) if source_gguf else None  # its vocabulary goes into exported models
         self._own_workdir = workdir is None or remove_workdir  # deleted again by close()
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="mapo-llamacpp-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -196,7 +197,8 @@ class LlamaCppEngine:
 
     def _write_base(self) -> Path:
         path = self.workdir / "base.gguf"
-        write_model(self.policy.model, self.policy.tokenizer, path, default_type=self.base_type, merge_lora=False)
+        write_model(self.policy.model, self.policy.tokenizer, path, default_type=self.base_type, merge_lora=False,
+                    vocabulary=self.source_gguf)
         return path
 
     def _start(self) -> None:
@@ -397,7 +399,7 @@ class LlamaCppEngine:
         else:  # never base_type=source (LlamaCppSpec refuses it): no re-quantising to 4 bits every step
             path = write_model(
                 self.policy.model, self.policy.tokenizer, self.workdir / f"model-{version}.gguf",
-                default_type=self.base_type,
+                default_type=self.base_type, vocabulary=self.source_gguf,
             )
             message = {"op": "model", "path": str(path), "version": version}
         exported = time.perf_counter()
