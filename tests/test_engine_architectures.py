@@ -135,7 +135,7 @@ def test_training_picks_llamacpp_and_its_weights_stay_at_one(kind, tmp_path):
                  "threads=1", "steps=2", "rollout.scenarios_per_step=1", "rollout.samples_per_scenario=2",
                  "rollout.max_turns=2", "rollout.max_new_tokens=6", "rollout.engine=auto",
                  "rollout.llamacpp.base_type=F32", "rollout.llamacpp.threads=1"]
-    run = train(load_config(None, overrides), output=tmp_path / "run", show_progress=False)
+    run = train(load_config(None, overrides), output=tmp_path / "run", show_progress=False).run_dir
     metrics = RunFolder(run).read_metrics()
     assert [m["step"] for m in metrics] == [1, 2]
     for m in metrics:
