@@ -378,7 +378,7 @@ def test_worker_runs_in_its_own_process_group(engine):
 def test_a_reply_to_an_abandoned_request_never_answers_the_next(tiny_lora, engine, monkeypatch):
     """A Ctrl-C while waiting for a reply abandons the request; its reply, arriving later, is
     dropped instead of being read as the answer to the next request."""
-    import mapo.engines.llamacpp as module
+    import mapo.engines.wire as module  # the wait for a reply selects there
 
     real = module.select.select
     calls = {"n": 0}
@@ -444,7 +444,8 @@ def test_a_failed_decode_leaves_no_record_of_ids_the_cache_lacks(tiny_lora, tmp_
     import llama_cpp
 
     from mapo.engines.gguf_export import write_model
-    from mapo.engines.llamacpp_worker import Decoder
+    from mapo.engines.llamacpp_decoder import Decoder
+    from mapo.engines.llamacpp_worker import sample
     from mapo.engines.wire import WorkerError
 
     write_model(tiny_lora.model, tiny_lora.tokenizer, tmp_path / "m.gguf", default_type="F32")
@@ -460,13 +461,13 @@ def test_a_failed_decode_leaves_no_record_of_ids_the_cache_lacks(tiny_lora, tmp_
                     "top_p": 1.0}
 
         first = _contexts(tiny_lora, 1)[0]
-        decoder.sample(request([first], 1))
+        sample(decoder, request([first], 1))
         longer = first + [tiny_lora.end_of_turn_id] + tiny_lora.next_prompt_ids("Tell me more, please.")
         monkeypatch.setattr(llama_cpp, "llama_decode", lambda ctx, batch: 1)  # the KV cache is "full"
         with pytest.raises(WorkerError, match="llama_decode returned 1"):
-            decoder.sample(request([longer], 2))
+            sample(decoder, request([longer], 2))
         monkeypatch.undo()
-        reply = decoder.sample(request([longer], 3))
+        reply = sample(decoder, request([longer], 3))
     finally:
         decoder.close()
     # the file holds the LoRA merged in: torch's policy computes the same function
