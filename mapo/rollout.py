@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from mapo.engines import ENGINE_CHOICES
-from mapo.engines.base import RolloutEngine
+from mapo.engines.base import KVCache, RolloutEngine, Sample
+from mapo.engines.hf import HfEngine
 from mapo.engines.llamacpp_spec import LlamaCppSpec
 from mapo.envs.base import Environment
-from mapo.policy import KVCache, Policy, Sample
+from mapo.policy import Policy
 from mapo.types import Group, Scenario, Trajectory, Turn
 
 T = TypeVar("T")
@@ -267,7 +268,7 @@ def _roll_in_waves(
             )
             samples = [Sample([], [], truncated=False) for _ in active]
         else:
-            samples = (engine or policy).sample(
+            samples = (engine or HfEngine(policy)).sample(
                 [d.trajectory.token_ids for d in active],
                 spec.max_new_tokens,
                 spec.temperature,

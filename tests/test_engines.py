@@ -264,7 +264,7 @@ def _sequences(policy, seed: int = 0):
     out = []
     for k in range(2):
         context = policy.first_prompt_ids("Be kind.", f"Tell me something, friend {k}.")
-        sample = policy.sample([context], max_new_tokens=6, temperature=0.7)[0]
+        sample = HfEngine(policy).sample([context], max_new_tokens=6, temperature=0.7)[0]
         ids = context + sample.ids
         trained = [False] * len(context) + [True] * len(sample.ids)
         out.append(TrainSequence(ids, trained, [0.5 - k] * len(ids), [0.0] * len(context) + sample.logprobs))
@@ -383,3 +383,23 @@ def test_incremental_sentence_count_equals_decoding_the_whole_reply_at_every_ste
             assert counter.push(token) == count_sentences(decode(reply[: k + 1])), (reply, k)
         full = next((k + 1 for k in range(len(reply)) if count_sentences(decode(reply[: k + 1])) >= 2), None)
         assert sentence_stop(decode, reply, 2) == full
+
+
+def test_thread_tuner_settles_on_the_fastest_count_and_keeps_checking_the_others():
+    from mapo.engines.llamacpp_decoder import ThreadTuner
+
+    tuner = ThreadTuner(3)
+    cost = {1: 0.010, 2: 0.004, 3: 0.007}  # seconds per id: 2 threads fastest here
+    chosen = []
+    for _ in range(240):
+        n = tuner.choose()
+        chosen.append(n)
+        tuner.record(n, cost[n] * 16, 16)
+    assert tuner.best() == 2
+    assert chosen[-100:].count(2) >= 80 and {1, 3} <= set(chosen[-100:])  # still tries the others now and then
+    cost[2] = 0.050  # the machine got busy: two threads now stall
+    for _ in range(240):
+        n = tuner.choose()
+        tuner.record(n, cost[n] * 16, 16)
+    assert tuner.best() == 3
+    assert ThreadTuner(1).choose() == 1

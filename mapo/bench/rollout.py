@@ -29,6 +29,7 @@ from mapo.bench import bench_rollout_spec
 from mapo.config import TrainConfig
 from mapo.engines.base import RolloutEngine
 from mapo.engines.factory import make_engine, resolve_engine
+from mapo.engines.hf import HfEngine
 from mapo.engines.importance import mismatch_stats
 from mapo.bench.bound import decode_bound, machine_limits
 from mapo.engines.llamacpp import missing_requirement
@@ -135,7 +136,7 @@ def bench_rollout(
         "llamacpp_waves": [(chosen, dataclasses.replace(base, continuous=False))],
     }
     torch.manual_seed(config.seed)
-    policy.sample([policy.first_prompt_ids("warm up", "hello")], 2)  # first-call overheads off the clock
+    HfEngine(policy).sample([policy.first_prompt_ids("warm up", "hello")], 2)  # first-call overheads off the clock
     started = time.perf_counter()
     llama = start_llamacpp(policy, config, base, trajectories) if engines else "--no-engines"
     engine_start_s = time.perf_counter() - started

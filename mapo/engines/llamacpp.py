@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from mapo.engines.base import EngineError, StaleWeightsError, SyncStats, require_version
+from mapo.engines.base import EngineError, KVCache, Sample, StaleWeightsError, SyncStats, require_version
 from mapo.engines.gguf_export import check_architecture, write_lora_adapter, write_model
 from mapo.engines.llamacpp_spec import (  # noqa: F401  (names the trainer and tests take from here)
     AUTO,
@@ -48,7 +48,7 @@ from mapo.engines.llamacpp_spec import (  # noqa: F401  (names the trainer and t
 )
 from mapo.engines.llamacpp_stream import ReplyStream
 from mapo.engines.worker_process import WorkerDied, WorkerProcess
-from mapo.policy import KVCache, Policy, Sample
+from mapo.policy import Policy
 
 log = logging.getLogger("mapo.engines.llamacpp")
 WORKER_MODULE = "mapo.engines.llamacpp_worker"
@@ -275,6 +275,7 @@ class LlamaCppEngine:
             "end_of_turn_id": self.policy.end_of_turn_id,
             "seed": int(torch.randint(0, 2**62, ()).item()),  # from torch's generator: a seeded run repeats
             "threads": engine_threads(self.spec.threads),
+            "tune_threads": self.spec.threads is None,  # null: up to every usable core, the fastest count
             "version": self.version,  # the worker refuses to sample from any other weights
         }
 

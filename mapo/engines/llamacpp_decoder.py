@@ -25,6 +25,41 @@ MIN_SHARED = 8
 Item = tuple[int, int, int, bool]  # (slot, position, token id, wants logits)
 
 
+class ThreadTuner:
+    """The thread count that decodes fastest now, by measurement: an average of the seconds per id of
+    decode calls for each count from 1 to `most`; every EXPLORE-th call tries
+    another count, so the choice follows the machine's load (on a shared CPU one thread can beat two:
+    a descheduled thread stalls every barrier of the others)."""
+
+    EXPLORE = 12
+    WEIGHT = 0.25  # of the newest measurement in the running average
+
+    def __init__(self, most: int) -> None:
+        self.counts = list(range(1, most + 1))
+        self.seconds_per_id: dict[int, float] = {}
+        self.calls = 0
+
+    def best(self) -> int:
+        untried = [n for n in self.counts if n not in self.seconds_per_id]
+        if untried:
+            return untried[-1]
+        return min(self.counts, key=lambda n: self.seconds_per_id[n])
+
+    def choose(self) -> int:
+        """The count for the next decode call."""
+        self.calls += 1
+        best = self.best()
+        others = [n for n in self.counts if n != best]
+        if others and self.calls % self.EXPLORE == 0:
+            return others[(self.calls // self.EXPLORE) % len(others)]
+        return best
+
+    def record(self, threads: int, seconds: float, ids: int) -> None:
+        old = self.seconds_per_id.get(threads)
+        new = seconds / ids
+        self.seconds_per_id[threads] = new if old is None else (1 - self.WEIGHT) * old + self.WEIGHT * new
+
+
 def common_prefix(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
     if n == 0:
@@ -49,6 +84,7 @@ class Decoder:
         self.adapter = None
         self.version = -1
         self.forward_s = 0.0  # seconds inside llama_decode, for the breakdown
+        self.tuner: ThreadTuner | None = None  # set_threads(..., tune=True): the count is measured
         self._load_model(model)
 
     # ---- model, context, adapter
@@ -128,7 +164,15 @@ class Decoder:
         self._load_model(path)
         self.version = version
 
-    def set_threads(self, threads: int) -> None:
+    def set_threads(self, threads: int, tune: bool = False) -> None:
+        """Decode on `threads` threads, or with `tune` on the count from 1 to `threads` measured fastest."""
+        if not tune:
+            self.tuner = None
+        elif self.tuner is None or self.tuner.counts[-1] != threads:
+            self.tuner = ThreadTuner(threads)
+        self._use_threads(threads)
+
+    def _use_threads(self, threads: int) -> None:
         if threads != self.threads:
             self.threads = threads
             self.lib.llama_set_n_threads(self.ctx, threads, threads)
@@ -185,9 +229,19 @@ class Decoder:
                 batch.n_seq_id[k] = 1
                 batch.seq_id[k][0] = slot
                 batch.logits[k] = want
+            # measured on decode steps of at least half the slots (seconds per id of a near-empty step or a
+            # long prefill are another matter)
+            tuning = self.tuner is not None and self.slots // 2 <= len(chunk) <= self.slots
+            if tuning:
+                self._use_threads(self.tuner.choose())
+            elif self.tuner is not None:
+                self._use_threads(self.tuner.best())
             began = time.perf_counter()
             code = lib.llama_decode(self.ctx, batch)
-            self.forward_s += time.perf_counter() - began
+            took = time.perf_counter() - began
+            self.forward_s += took
+            if tuning:
+                self.tuner.record(self.threads, took, len(chunk))
             if code != 0:
                 raise WorkerError(f"llama_decode returned {code} (1: the KV cache is full)")
             for slot, _, token, _ in chunk:

@@ -33,9 +33,10 @@ WORKDIR_FILES = ("base.gguf", "adapter-*.gguf", "model-*.gguf", "*.tmp")
 class LlamaCppSpec:
     """The llama.cpp engine's knobs (the `rollout.llamacpp` config section)."""
 
-    # sequences decode on this many threads; None: every core the process may use; "idle": the
-    # cores idle right now, per request (for a shared CPU: a thread more than the idle cores
-    # stalls every barrier, 2 threads on 2 busy cores decoded 10x slower than 1 there)
+    # sequences decode on this many threads; None: the count from 1 to every core the process may use
+    # that decodes fastest, measured as it decodes (mapo.engines.llamacpp_decoder.ThreadTuner);
+    # "idle": the cores idle right now, per request (for a shared CPU: a thread more than the idle
+    # cores stalls every barrier, 2 threads on 2 busy cores decoded 10x slower than 1 there)
     threads: int | str | None = None
     sync: str = "adapter"  # adapter: LoRA as a GGUF adapter | merged: whole model in base_type, reloaded
     # the base model llama.cpp runs: "source" = the policy's GGUF file as shipped, or a tensor

@@ -17,9 +17,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from mapo.engines.base import EngineError
+from mapo.engines.base import EngineError, Sample
 from mapo.engines.worker_process import WorkerDied
-from mapo.policy import Sample
 
 if TYPE_CHECKING:
     from mapo.engines.llamacpp import LlamaCppEngine

@@ -57,7 +57,7 @@ def _rules(decoder: Decoder, request: dict[str, Any]) -> DrawRules:
         raise WorkerError("no model is loaded (the last load failed)")
     if request["version"] != decoder.version:
         raise StaleVersion(f"weights are version {decoder.version}, the request expects version {request['version']}")
-    decoder.set_threads(request["threads"])
+    decoder.set_threads(request["threads"], tune=request.get("tune_threads", False))
     return DrawRules(request["temperature"], request["top_p"], request["max_new_tokens"], request["max_sentences"],
                      request["end_of_turn_id"])
 
