@@ -25,7 +25,8 @@ import torch
 from mapo.device import resolve_precision
 from mapo.engines.gguf_export import write_model
 from mapo.engines.importance import mismatch_stats
-from mapo.engines.llamacpp import LlamaCppEngine, LlamaCppSpec
+from mapo.engines.llamacpp import LlamaCppEngine
+from mapo.engines.llamacpp_spec import LlamaCppSpec
 from mapo.engines.llamacpp_decoder import Decoder
 from mapo.engines.llamacpp_worker import sample
 from mapo.envs.empathy.env import LISTENER_PROMPT

@@ -20,7 +20,8 @@ pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip 
 from mapo.engines.base import EngineError, StaleWeightsError  # noqa: E402
 from mapo.engines.hf import reply_text  # noqa: E402
 from mapo.engines.importance import mismatch_stats  # noqa: E402
-from mapo.engines.llamacpp import LlamaCppEngine, LlamaCppSpec  # noqa: E402
+from mapo.engines.llamacpp import LlamaCppEngine  # noqa: E402
+from mapo.engines.llamacpp_spec import LlamaCppSpec  # noqa: E402
 from mapo.engines.llamacpp_worker import CRASH_ENV  # noqa: E402
 from mapo.engines.stops import sentence_stop  # noqa: E402
 from mapo.rollout import RolloutSpec, rollout  # noqa: E402

@@ -192,7 +192,7 @@ def test_worker_common_prefix():
 
 
 def test_llamacpp_spec_rejects_bad_values():
-    from mapo.engines.llamacpp import LlamaCppSpec
+    from mapo.engines.llamacpp_spec import LlamaCppSpec
 
     with pytest.raises(ValueError, match="rollout.llamacpp.sync must be one of adapter, merged"):
         LlamaCppSpec(sync="rsync")
@@ -207,13 +207,13 @@ def test_llamacpp_spec_rejects_bad_values():
 def test_idle_cores_is_within_the_machine():
     import os
 
-    from mapo.engines.llamacpp import idle_cores
+    from mapo.engines.llamacpp_spec import idle_cores
 
     assert 1 <= idle_cores() <= (os.cpu_count() or 1)
 
 
 def test_engine_threads_default_to_every_usable_core(monkeypatch):
-    import mapo.engines.llamacpp as llamacpp
+    import mapo.engines.llamacpp_spec as llamacpp
     from mapo import runtime
 
     monkeypatch.setattr(runtime.os, "sched_getaffinity", lambda pid: {2, 5, 7})
@@ -346,7 +346,7 @@ def test_the_local_server_names_each_missing_module_of_its_extra(monkeypatch: py
 
 
 def test_auto_base_type_follows_the_policys_precision():
-    from mapo.engines.llamacpp import resolve_base_type
+    from mapo.engines.llamacpp_spec import resolve_base_type
 
     assert resolve_base_type("auto", tiny_policy()) == "F16"
     assert resolve_base_type("auto", tiny_policy(dtype="bf16-mixed")) == "BF16"

@@ -19,7 +19,7 @@ from tiny_policy import tiny_policy
 from mapo.config import load_config
 from mapo.engines.gguf_export import ExportError, write_lora_adapter
 from mapo.engines.hf import HfEngine
-from mapo.engines.llamacpp import LlamaCppSpec
+from mapo.engines.llamacpp_spec import LlamaCppSpec
 from mapo.losses import LossSpec, TrainSequence, collate, policy_loss
 from mapo.methods.base import TrainingMethod
 from mapo.nucleus import nucleus_mask

@@ -145,7 +145,7 @@ def test_bench_rollout_command_writes_the_ratio(tmp_path):
     data = json.loads((tmp_path / "bench_rollout.json").read_text())
     assert data["modes"]["batched"]["trajectories"] == data["modes"]["sequential"]["trajectories"] == 4
     assert data["ratios"]["tokens_per_s_generate"] > 0 and "ratio tokens_per_s_generate" in result.output
-    from mapo.engines.llamacpp import missing_requirement
+    from mapo.engines.llamacpp_spec import missing_requirement
 
     if missing_requirement():  # without llama-cpp-python the engine mode is skipped, and says why
         assert data["llamacpp_skipped"] == missing_requirement() and "llamacpp" not in data["modes"]

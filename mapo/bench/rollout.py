@@ -32,7 +32,7 @@ from mapo.engines.factory import make_engine, resolve_engine
 from mapo.engines.hf import HfEngine
 from mapo.engines.importance import mismatch_stats
 from mapo.bench.bound import decode_bound, machine_limits
-from mapo.engines.llamacpp import missing_requirement
+from mapo.engines.llamacpp_spec import missing_requirement
 from mapo.model_source import resolve_source
 from mapo.policy import Policy
 from mapo.rollout import RolloutSpec, rollout

@@ -34,14 +34,10 @@ import torch
 
 from mapo.engines.base import EngineError, KVCache, Sample, StaleWeightsError, SyncStats, require_version
 from mapo.engines.gguf_export import check_architecture, write_lora_adapter, write_model
-from mapo.engines.llamacpp_spec import (  # noqa: F401  (names the trainer and tests take from here)
-    AUTO,
-    BASE_TYPES,
-    MERGED_FROM_SOURCE,
+from mapo.engines.llamacpp_spec import (
     SOURCE,
     LlamaCppSpec,
     engine_threads,
-    idle_cores,
     missing_requirement,
     remove_leftovers,
     resolve_base_type,

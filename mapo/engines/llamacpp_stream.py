@@ -13,7 +13,6 @@ context whose reply had not come back is added again; a second death is an Engin
 from __future__ import annotations
 
 import select
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 

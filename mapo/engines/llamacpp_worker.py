@@ -28,7 +28,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any, BinaryIO
 
