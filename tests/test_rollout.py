@@ -152,6 +152,11 @@ def test_bench_rollout_command_writes_the_ratio(tmp_path):
     else:  # the same dialogues through the llama.cpp engine, its sync and its mismatch to torch
         assert data["modes"]["llamacpp"]["trajectories"] == 4 and data["ratios"]["llamacpp_over_hf"] > 0
         assert data["sync"]["load_s"] > 0 and data["mismatch"]["tokens"] == data["modes"]["llamacpp"]["generated_tokens"]
+        for mode in ("llamacpp", "llamacpp_waves"):  # where the engine's time went, against the machine's bound
+            parts = data["breakdown"][mode]
+            assert 0 < parts["occupancy"] <= 1 and parts["decode_steps"] > 0 and parts["bound_by"] in ("compute", "memory")
+            assert parts["decode_s"] > 0 and parts["sample_s"] > 0 and 0 < parts["fraction_of_bound"]
+        assert data["machine_limits"]["matmul_peak_bf16_gflops"] > 0 and data["machine_limits"]["memory_gb_s"] > 0
 
 
 class FixedReplies:

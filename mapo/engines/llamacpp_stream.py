@@ -34,7 +34,7 @@ class ReplyStream:
         self.pending: dict[Key, list[int]] = {}  # added, reply not yet taken
         self.restarted = False
         self.stream_id = 0
-        self._guarded(self._open)
+        self._guarded(self._open, again=False)
 
     def _open(self) -> None:
         worker = self.engine.worker
@@ -51,9 +51,9 @@ class ReplyStream:
         worker = self.engine.worker
         worker.send({"op": "add", "id": self.stream_id, "key": key, "context": context}, worker.deadline())
 
-    def _guarded(self, action: Callable[[], T]) -> T:
+    def _guarded(self, action: Callable[[], T], again: bool = True) -> T | None:
         """`action`, and after a worker death one restart, the stream reopened, its pending contexts
-        added again, and `action` once more."""
+        added again, and (`again`) `action` once more."""
         try:
             return action()
         except WorkerDied as first:
@@ -64,7 +64,7 @@ class ReplyStream:
             self.engine.restart(first)
             try:
                 self._open()
-                return action()
+                return action() if again else None
             except WorkerDied as second:
                 self.engine.worker.kill()
                 raise self.engine.died_again(second) from None
@@ -74,14 +74,14 @@ class ReplyStream:
         if key in self.pending:
             raise ValueError(f"a context with key {key} is already in the stream")
         self.pending[key] = list(context)
-        self._guarded(lambda: self._send_add(key, self.pending[key]))
+        self._guarded(lambda: self._send_add(key, self.pending[key]), again=False)  # reopening adds it
 
     def take(self, wake_fd: int | None = None) -> list[tuple[Key, Sample]]:
         """The replies that ended, at least one unless `wake_fd` turns readable first (then maybe none)
         or nothing is pending and no `wake_fd` is given."""
         if not self.pending and wake_fd is None:
             return []
-        return self._guarded(lambda: self._take(wake_fd))
+        return self._guarded(lambda: self._take(wake_fd)) or []
 
     def _take(self, wake_fd: int | None) -> list[tuple[Key, Sample]]:
         worker = self.engine.worker
@@ -115,6 +115,7 @@ class ReplyStream:
             return reply
 
         reply = self._guarded(close)
+        assert reply is not None
         self.engine.check_reply("stream", reply)
         self.engine.stats.update(reply["stats"])
         return reply["stats"]
