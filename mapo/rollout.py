@@ -1,8 +1,10 @@
 """Batched multi-turn rollouts: B scenarios x N trajectories, token ids kept end to end.
 
-At every turn index the still-active dialogues are sampled together in one batched
-`generate` call, then their environments step concurrently (LLM-backed roles do
-HTTP). Each dialogue's ids grow incrementally: the rendered prompt of each new user
+With an engine that streams (llamacpp, `rollout.continuous`), every dialogue goes at its own
+pace: a reply that ended goes to its environment and the dialogue's next prompt rejoins the
+engine's batch while the others decode. Otherwise, in waves: at every turn index the
+still-active dialogues are sampled together in one batched call, then their environments
+step concurrently (LLM-backed roles do HTTP). Each dialogue's ids grow incrementally: the rendered prompt of each new user
 message (tokenised once) is appended, then the sampled reply ids as they are (plus
 the end-of-turn id when the reply was cut at `max_new_tokens`). So the ids a turn is
 trained on are, by construction, the ids that were sampled.
