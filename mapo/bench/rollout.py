@@ -151,6 +151,8 @@ def bench_rollout(
             for r in range(repeats):
                 for mode in modes if r % 2 == 0 else modes[::-1]:
                     engine = None if isinstance(llama, str) or not mode.startswith("llamacpp") else llama
+                    if engine is not None:
+                        llama.sync(0)  # an empty KV cache: no mode starts from prefixes another left in the slots
                     row, groups = measure(policy, runs[mode], make_env, pool, config.seed + r, engine)
                     totals[mode].append(row)
                     if mode == "llamacpp":
