@@ -1,8 +1,8 @@
-"""The policy: a causal LM with its tokenizer, chat rendering, sampling, log-probs and LoRA.
+"""The policy: a causal LM with its tokenizer, chat rendering, log-probs and LoRA.
 
 What it is made of and where it comes from is mapo.model_source (`PolicySpec`); this
-module wraps the loaded model. `Policy.sample` is the rollout's token-in/token-out entry
-point: contexts of token ids in, sampled reply ids with their log-probs out.
+module wraps the loaded model. Sampling from it is the `hf` rollout engine's job
+(mapo.engines.hf): contexts of token ids in, sampled reply ids with their log-probs out.
 
 Token discipline: a dialogue's ids are built incrementally (``first_prompt_ids``, then
 the sampled reply, then ``next_prompt_ids``) so the ids trained on are exactly the ids
@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import functools
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,64 +24,12 @@ from mapo.device import model_device, resolve_precision
 from mapo.lora import trainable
 from mapo.model_source import PolicySpec, load_model, load_tokenizer
 from mapo.nucleus import nucleus_logprobs
-from mapo.text import count_sentences
-
-
-@functools.cache
-def _cache_name() -> str:
-    """generate's key-value cache argument and output field: transformers 5.x renamed
-    `past_key_values` to `cache` (the old name warns until 6.0, then goes)."""
-    from transformers.generation.utils import GenerateDecoderOnlyOutput
-
-    return "cache" if "cache" in GenerateDecoderOnlyOutput.__dataclass_fields__ else "past_key_values"
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """Entropy of softmax(logits) over the last axis: logsumexp - sum(p * logits)."""
     p = torch.softmax(logits, dim=-1)
     return torch.logsumexp(logits, dim=-1) - (p * logits).sum(-1)
-
-
-@dataclass
-class KVCache:
-    """One sequence's attention keys/values per layer ([kv_heads, tokens, head_dim] each)."""
-
-    layers: list[tuple[torch.Tensor, torch.Tensor]]
-
-    @property
-    def length(self) -> int:
-        return int(self.layers[0][0].shape[1])
-
-
-@dataclass
-class Sample:
-    """One sampled reply: its ids (with the end-of-turn id if it stopped) and their log-probs.
-
-    `cache`, when requested, covers the context and every reply id but the last.
-    """
-
-    ids: list[int]
-    logprobs: list[float]
-    truncated: bool  # cut by the token cap: neither the end-of-turn id nor the sentence limit was reached
-    cache: KVCache | None = None
-
-
-def _cache_tensors(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(keys, values) per layer of a transformers cache, [batch, kv_heads, tokens, head_dim]."""
-    if hasattr(cache, "layers"):
-        return [(layer.keys, layer.values) for layer in cache.layers]
-    return list(zip(cache.key_cache, cache.value_cache))
-
-
-class _SentenceLimit:
-    """A `generate` stopping criterion: a row is done once its reply holds `limit` sentences."""
-
-    def __init__(self, policy: Policy, width: int, limit: int) -> None:
-        self.policy, self.width, self.limit = policy, width, limit
-
-    def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
-        done = [self.policy.sentences_in(row[self.width :].tolist()) >= self.limit for row in input_ids]
-        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
 
 class Policy:
@@ -179,137 +125,6 @@ class Policy:
             return prompts
         finally:
             self.fold_system = kept
-
-    # ---- sampling
-
-    @torch.no_grad()
-    def sample(
-        self,
-        contexts: Sequence[Sequence[int]],
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        caches: Sequence[KVCache | None] | None = None,
-        keep_cache: bool = False,
-        max_sentences: int | None = None,
-    ) -> list[Sample]:
-        """One batched `generate` call over left-padded contexts; replies stop at end-of-turn,
-        or once they hold `max_sentences` complete sentences (a stop rule, like a stop string:
-        the ids kept are exactly the ids sampled, and the reply is whole rather than cut).
-
-        The log-probs are those of the distribution each id was drawn from (generate's
-        processed scores: softmax(logits / temperature), renormalised over the nucleus when
-        top_p < 1): the behaviour policy, which the trainer compares with its own pi_old
-        (`token_logprobs` with the same temperature and top_p) in the importance weight.
-
-        `caches[i]`, a `KVCache` returned for an earlier prefix of `contexts[i]`, spares
-        recomputing that prefix (a dialogue's history, turn after turn); with
-        `keep_cache` every Sample carries the cache of its context + reply for next time.
-        """
-        from transformers import GenerationConfig
-
-        self.model.eval()
-        if not contexts:
-            return []
-        if temperature <= 0:
-            raise ValueError(f"temperature must be > 0 for sampling, got {temperature}")
-        width = max(len(c) for c in contexts)
-        input_ids = torch.full((len(contexts), width), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(contexts), width), dtype=torch.long)
-        for row, ids in enumerate(contexts):
-            input_ids[row, width - len(ids) :] = torch.tensor(list(ids), dtype=torch.long)
-            attention[row, width - len(ids) :] = 1
-        config = GenerationConfig(
-            do_sample=True,
-            temperature=temperature,
-            top_p=top_p,
-            top_k=0,
-            max_new_tokens=max_new_tokens,
-            eos_token_id=self.end_of_turn_id,
-            pad_token_id=self.pad_id,
-            return_dict_in_generate=True,
-            output_scores=True,  # after the temperature and top-p processors: what was sampled from
-            cache_implementation="static" if self.static_cache else None,
-        )
-        past = self._batch_cache(contexts, caches, width) if caches is not None and not self.static_cache else None
-        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
-        stopping = [_SentenceLimit(self, width, max_sentences)] if max_sentences else None
-        with self.computing():
-            out = self.model.generate(
-                input_ids=input_ids,
-                attention_mask=attention,
-                generation_config=config,
-                stopping_criteria=stopping,
-                **{_cache_name(): past},
-            )
-        new = out.sequences[:, width:]
-        logprobs = torch.stack(
-            [
-                torch.log_softmax(step.float(), dim=-1).gather(-1, new[:, k : k + 1]).squeeze(-1)
-                for k, step in enumerate(out.scores)
-            ],
-            dim=1,
-        )
-        layers = _cache_tensors(getattr(out, _cache_name())) if keep_cache and not self.static_cache else None
-        if layers and layers[0][0].shape[2] != out.sequences.shape[1] - 1:
-            layers = None  # a cache that drops positions (sliding window): nothing reusable to hand back
-        samples = []
-        for row, context in enumerate(contexts):
-            ids = new[row].tolist()
-            stop = ids.index(self.end_of_turn_id) + 1 if self.end_of_turn_id in ids else len(ids)
-            by_rule = self.sentence_stop(ids[:stop], max_sentences) if max_sentences else None
-            stop = by_rule or stop
-            cache = None
-            if layers is not None:
-                # K/V of the context and every reply token but the last (which was never fed back)
-                start, end = width - len(context), width + stop - 1
-                cache = KVCache([(k[row, :, start:end].clone(), v[row, :, start:end].clone()) for k, v in layers])
-            ended = by_rule is not None or self.end_of_turn_id in ids[:stop]
-            samples.append(Sample(ids[:stop], logprobs[row, :stop].tolist(), not ended, cache))
-        return samples
-
-    def sentences_in(self, ids: Sequence[int]) -> int:
-        """How many sentence ends (. ! ? runs, an ellipsis counting once) the text of `ids` holds."""
-        return count_sentences(self.tokenizer.decode(ids, skip_special_tokens=True))
-
-    def sentence_stop(self, ids: Sequence[int], max_sentences: int) -> int | None:
-        """The length of the shortest prefix of `ids` holding `max_sentences` sentences, or None."""
-        for k in range(len(ids)):
-            if self.sentences_in(ids[: k + 1]) >= max_sentences:
-                return k + 1
-        return None
-
-    def _batch_cache(self, contexts: Sequence[Sequence[int]], caches: Sequence[KVCache | None], width: int) -> Any:
-        """A left-padded batch cache over the first C columns, C = width - the most new tokens of a row.
-
-        Row i's context is right-aligned at column pad_i = width - len(context_i); its
-        cached prefix fills columns pad_i..C (anything it has beyond C is fed again).
-        """
-        from transformers import DynamicCache
-
-        if len(caches) != len(contexts):
-            raise ValueError(f"{len(caches)} caches for {len(contexts)} contexts")
-        cached = [0 if c is None else c.length for c in caches]
-        for row, (n, context) in enumerate(zip(cached, contexts)):
-            if n >= len(context):
-                raise ValueError(
-                    f"row {row}: a cache of {n} tokens leaves nothing new of a {len(context)}-token context"
-                )
-        columns = width - max(len(c) - n for c, n in zip(contexts, cached))
-        if columns <= 0:
-            return None
-        template = next(c for c in caches if c is not None).layers
-        past = DynamicCache(config=self.model.config)
-        for layer, (k0, v0) in enumerate(template):
-            keys = k0.new_zeros((len(contexts), k0.shape[0], columns, k0.shape[2]))
-            values = v0.new_zeros((len(contexts), v0.shape[0], columns, v0.shape[2]))
-            for row, (cache, context) in enumerate(zip(caches, contexts)):
-                used = columns - (width - len(context))
-                if cache is not None and used > 0:
-                    keys[row, :, columns - used :] = cache.layers[layer][0][:, :used]
-                    values[row, :, columns - used :] = cache.layers[layer][1][:, :used]
-            past.update(keys, values, layer)
-        return past
 
     # ---- log-probs for training
 

@@ -1,8 +1,10 @@
 """Batched multi-turn rollouts: B scenarios x N trajectories, token ids kept end to end.
 
-At every turn index the still-active dialogues are sampled together in one batched
-`generate` call, then their environments step concurrently (LLM-backed roles do
-HTTP). Each dialogue's ids grow incrementally: the rendered prompt of each new user
+With an engine that streams (llamacpp, `rollout.continuous`), every dialogue goes at its own
+pace: a reply that ended goes to its environment and the dialogue's next prompt rejoins the
+engine's batch while the others decode. Otherwise, in waves: at every turn index the
+still-active dialogues are sampled together in one batched call, then their environments
+step concurrently (LLM-backed roles do HTTP). Each dialogue's ids grow incrementally: the rendered prompt of each new user
 message (tokenised once) is appended, then the sampled reply ids as they are (plus
 the end-of-turn id when the reply was cut at `max_new_tokens`). So the ids a turn is
 trained on are, by construction, the ids that were sampled.
@@ -10,18 +12,21 @@ trained on are, by construction, the ids that were sampled.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from mapo.engines import ENGINE_CHOICES
-from mapo.engines.base import RolloutEngine
-from mapo.engines.llamacpp import LlamaCppSpec
+from mapo.engines.base import KVCache, RolloutEngine, Sample
+from mapo.engines.hf import HfEngine
+from mapo.engines.llamacpp_spec import LlamaCppSpec
 from mapo.envs.base import Environment
-from mapo.policy import KVCache, Policy, Sample
+from mapo.policy import Policy
 from mapo.types import Group, Scenario, Trajectory, Turn
 
 T = TypeVar("T")
@@ -48,6 +53,9 @@ class RolloutSpec:
     # what samples the replies (mapo.engines): auto = llamacpp when llama-cpp-python is installed
     # and the policy is a Llama-architecture model, else hf (said once); hf | llamacpp as asked
     engine: str = "auto"
+    # an engine that streams (llamacpp) decodes the replies of all dialogues and turns continuously: a
+    # dialogue whose reply ended meets its environment while the others decode; false: turn-synchronous waves
+    continuous: bool = True
     llamacpp: LlamaCppSpec = field(default_factory=LlamaCppSpec)
 
     def __post_init__(self) -> None:
@@ -172,18 +180,87 @@ def rollout(
         if not text_only:
             d.trajectory.token_ids = policy.first_prompt_ids(d.trajectory.system_prompt, opening)
 
+    if spec.continuous and not text_only and hasattr(engine, "stream"):
+        _roll_continuously(policy, dialogues, engine, spec, pool, timings, on_turn)
+    else:
+        _roll_in_waves(policy, dialogues, engine, spec, pool, timings, on_turn, text_only)
+
+    groups = []
+    for s, scenario in enumerate(scenarios):
+        groups.append(Group(scenario.id, [d.trajectory for d in dialogues[s * n : (s + 1) * n]]))
+    return groups
+
+
+def _has_room(d: _Dialogue, spec: RolloutSpec, t: int) -> bool:
+    """Whether turn `t`'s reply fits the context; a dialogue without room ends (the opening: an error)."""
+    if len(d.trajectory.token_ids) + spec.max_new_tokens <= spec.max_context_tokens:
+        return True
+    if t == 1:
+        raise ValueError(
+            f"scenario {d.scenario.id!r}: the opening prompt is {len(d.trajectory.token_ids)} tokens, "
+            f"too long for rollout.max_context_tokens={spec.max_context_tokens} with "
+            f"rollout.max_new_tokens={spec.max_new_tokens}"
+        )
+    d.done, d.cache, d.trajectory.done_reason = True, None, "context_limit"
+    return False
+
+
+def _record_reply(policy: Any, d: _Dialogue, t: int, sample: Sample, response: str, text_only: bool) -> Turn:
+    """Turn `t` of `d` with its sampled reply; the reply's ids join the dialogue's."""
+    ids = d.trajectory.token_ids
+    turn = Turn(
+        index=t,
+        user_message=d.user_message,
+        response=response,
+        prompt_length=len(ids),
+        response_ids=list(sample.ids),
+        old_logprobs=list(sample.logprobs),
+        truncated=sample.truncated,
+    )
+    ids.extend(sample.ids)
+    d.cache = sample.cache
+    if not text_only and sample.ids[-1:] != [policy.end_of_turn_id]:
+        # cut by the cap or ended by the sentence limit: close the turn as the template
+        # would; this id is context, not trained
+        ids.append(policy.end_of_turn_id)
+    return turn
+
+
+def _record_step(policy: Any, d: _Dialogue, t: int, turn: Turn, result: Any, spec: RolloutSpec, text_only: bool) -> None:
+    """The environment's answer to turn `t`: the turn's action, state and distance, and the dialogue's
+    next prompt (or its end)."""
+    info = dict(result.info)
+    turn.action = tuple(float(x) for x in result.action)
+    turn.state = tuple(float(x) for x in info.get("state", ()))
+    turn.distance = _distance(info, turn.state)
+    turn.levels = dict(info.get("levels") or {})
+    turn.info = info
+    if t == 1 and turn.state and len(turn.state) == len(turn.action):
+        # P_0 = P_1 - v_1: the start the env actually used (some draw it at reset)
+        d.trajectory.initial_state = tuple(s - a for s, a in zip(turn.state, turn.action))
+    if t == 1 and not d.trajectory.initial_state:
+        d.trajectory.initial_distance = _initial_distance(info, d.scenario.id)
+    d.trajectory.turns.append(turn)
+    if result.done:
+        d.done, d.cache = True, None
+        d.trajectory.done_reason = info.get("done_reason") or "done"
+    elif t == spec.max_turns:
+        d.done, d.cache = True, None
+        d.trajectory.done_reason = "max_turns"
+    else:
+        d.user_message = result.user_message
+        if not text_only:
+            d.trajectory.token_ids.extend(policy.next_prompt_ids(result.user_message))
+
+
+def _roll_in_waves(
+    policy: Any, dialogues: list[_Dialogue], engine: RolloutEngine | None, spec: RolloutSpec,
+    pool: ThreadPoolExecutor | None, timings: dict[str, float], on_turn: Callable[[int, int, int], None] | None,
+    text_only: bool,
+) -> None:
+    """Turn by turn: every active dialogue's reply in one batched call, then every environment step."""
     for t in range(1, spec.max_turns + 1):
-        active = [d for d in dialogues if not d.done]
-        for d in active:
-            if len(d.trajectory.token_ids) + spec.max_new_tokens > spec.max_context_tokens:
-                if t == 1:
-                    raise ValueError(
-                        f"scenario {d.scenario.id!r}: the opening prompt is {len(d.trajectory.token_ids)} tokens, "
-                        f"too long for rollout.max_context_tokens={spec.max_context_tokens} with "
-                        f"rollout.max_new_tokens={spec.max_new_tokens}"
-                    )
-                d.done, d.cache, d.trajectory.done_reason = True, None, "context_limit"
-        active = [d for d in active if not d.done]
+        active = [d for d in dialogues if not d.done and _has_room(d, spec, t)]
         if not active:
             break
         clock = time.perf_counter()
@@ -193,7 +270,7 @@ def rollout(
             )
             samples = [Sample([], [], truncated=False) for _ in active]
         else:
-            samples = (engine or policy).sample(
+            samples = (engine or HfEngine(policy)).sample(
                 [d.trajectory.token_ids for d in active],
                 spec.max_new_tokens,
                 spec.temperature,
@@ -202,56 +279,68 @@ def rollout(
                 keep_cache=spec.reuse_cache and t < spec.max_turns,
                 max_sentences=spec.max_sentences,
             )
+            replies = [policy.decode(sample.ids) for sample in samples]
         timings["generate"] += time.perf_counter() - clock
-        turns = []
-        for k, (d, sample) in enumerate(zip(active, samples)):
-            ids = d.trajectory.token_ids
-            turn = Turn(
-                index=t,
-                user_message=d.user_message,
-                response=replies[k] if text_only else policy.decode(sample.ids),
-                prompt_length=len(ids),
-                response_ids=list(sample.ids),
-                old_logprobs=list(sample.logprobs),
-                truncated=sample.truncated,
-            )
-            ids.extend(sample.ids)
-            d.cache = sample.cache
-            if not text_only and sample.ids[-1:] != [policy.end_of_turn_id]:
-                # cut by the cap or ended by the sentence limit: close the turn as the template
-                # would; this id is context, not trained
-                ids.append(policy.end_of_turn_id)
-            turns.append(turn)
+        turns = [_record_reply(policy, d, t, sample, reply, text_only) for d, sample, reply in zip(active, samples, replies)]
         clock = time.perf_counter()
         results = _map(pool, lambda pair: pair[0].env.step(pair[1].response), list(zip(active, turns)))
         timings["env"] += time.perf_counter() - clock
         for d, turn, result in zip(active, turns, results):
-            info = dict(result.info)
-            turn.action = tuple(float(x) for x in result.action)
-            turn.state = tuple(float(x) for x in info.get("state", ()))
-            turn.distance = _distance(info, turn.state)
-            turn.levels = dict(info.get("levels") or {})
-            turn.info = info
-            if t == 1 and turn.state and len(turn.state) == len(turn.action):
-                # P_0 = P_1 - v_1: the start the env actually used (some draw it at reset)
-                d.trajectory.initial_state = tuple(s - a for s, a in zip(turn.state, turn.action))
-            if t == 1 and not d.trajectory.initial_state:
-                d.trajectory.initial_distance = _initial_distance(info, d.scenario.id)
-            d.trajectory.turns.append(turn)
-            if result.done:
-                d.done, d.cache = True, None
-                d.trajectory.done_reason = info.get("done_reason") or "done"
-            elif t == spec.max_turns:
-                d.done, d.cache = True, None
-                d.trajectory.done_reason = "max_turns"
-            else:
-                d.user_message = result.user_message
-                if not text_only:
-                    d.trajectory.token_ids.extend(policy.next_prompt_ids(result.user_message))
+            _record_step(policy, d, t, turn, result, spec, text_only)
         if on_turn is not None:
             on_turn(t, len(active), sum(not d.done for d in dialogues))
 
-    groups = []
-    for s, scenario in enumerate(scenarios):
-        groups.append(Group(scenario.id, [d.trajectory for d in dialogues[s * n : (s + 1) * n]]))
-    return groups
+
+def _roll_continuously(
+    policy: Policy, dialogues: list[_Dialogue], engine: Any, spec: RolloutSpec, pool: ThreadPoolExecutor | None,
+    timings: dict[str, float], on_turn: Callable[[int, int, int], None] | None,
+) -> None:
+    """Every dialogue at its own pace through one stream of the engine (continuous batching): a reply
+    that ended goes to its environment, and the dialogue's next prompt joins the stream while the
+    others decode. Each dialogue's turns stay in order; its draws are seeded by (dialogue, turn).
+    `timings`: "generate" is the engine's busy time, "env" the rest of the rollout's wall time."""
+    clock = time.perf_counter()
+    stream = engine.stream(spec.max_new_tokens, spec.temperature, spec.top_p, spec.max_sentences)
+    wake_read, wake_write = os.pipe()  # an environment step that finished wakes the loop
+    os.set_blocking(wake_read, False)
+    stepping: dict[Future[Any], tuple[int, int, Turn]] = {}
+    try:
+        for k, d in enumerate(dialogues):
+            _has_room(d, spec, 1)
+            stream.add((k, 1), d.trajectory.token_ids)
+        live = len(dialogues)
+        while live:
+            for (k, t), sample in stream.take(wake_read if stepping else None):
+                d = dialogues[k]
+                turn = _record_reply(policy, d, t, sample, policy.decode(sample.ids), False)
+                future: Future[Any] = pool.submit(d.env.step, turn.response) if pool else _done(d.env.step, turn.response)
+                future.add_done_callback(lambda _: os.write(wake_write, b"."))
+                stepping[future] = (k, t, turn)
+            with contextlib.suppress(BlockingIOError):
+                os.read(wake_read, 1 << 16)
+            for future in [f for f in stepping if f.done()]:
+                k, t, turn = stepping.pop(future)
+                d = dialogues[k]
+                _record_step(policy, d, t, turn, future.result(), spec, False)
+                if not d.done and _has_room(d, spec, t + 1):
+                    stream.add((k, t + 1), d.trajectory.token_ids)
+                else:
+                    live -= 1
+                if on_turn is not None:
+                    on_turn(t, 1, int(not d.done))
+        stats = stream.finish()
+    finally:
+        os.close(wake_read)
+        os.close(wake_write)
+    timings["generate"] += stats.get("step_s", 0.0)
+    timings["env"] += time.perf_counter() - clock - stats.get("step_s", 0.0)
+
+
+def _done(step: Callable[[str], Any], response: str) -> Future[Any]:
+    """`step(response)` run here, as a finished future (no pool)."""
+    future: Future[Any] = Future()
+    try:
+        future.set_result(step(response))
+    except BaseException as err:  # noqa: BLE001  (raised again by future.result())
+        future.set_exception(err)
+    return future

@@ -35,7 +35,7 @@ from mapo.device import resolve_precision
 from mapo.engines.base import RolloutEngine
 from mapo.engines.factory import make_engine, resolve_engine
 from mapo.engines.hf import HfEngine
-from mapo.engines.llamacpp import MERGED_FROM_SOURCE, SOURCE, engine_threads
+from mapo.engines.llamacpp_spec import MERGED_FROM_SOURCE, SOURCE, engine_threads
 from mapo.envs.base import dialogue_summary, environment_factory, load_scenarios, transcript_keys_for
 from mapo.losses import packed_sequence
 from mapo.methods import attached_methods
@@ -163,8 +163,11 @@ class Trainer:
         if self.engine.name != "llamacpp" or spec is None:
             return [f"rollout engine: {self.engine.name} (in process, the torch threads and precision above)"]
         threads = spec.threads
-        why = "every usable core" if threads is None else "the idle cores, per request" if threads == IDLE else "as configured"
-        return [f"rollout engine: llamacpp, {engine_threads(threads)} threads ({why}), base weights {base} "
+        if threads is None:
+            count, why = f"1-{engine_threads(threads)}", "the fastest count now, measured while decoding"
+        else:
+            count, why = str(engine_threads(threads)), "the idle cores, per request" if threads == IDLE else "as configured"
+        return [f"rollout engine: llamacpp, {count} threads ({why}), base weights {base} "
                 f"(rollout.llamacpp.base_type {spec.base_type})"]
 
     # ---- one step

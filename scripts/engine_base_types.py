@@ -25,8 +25,10 @@ import torch
 from mapo.device import resolve_precision
 from mapo.engines.gguf_export import write_model
 from mapo.engines.importance import mismatch_stats
-from mapo.engines.llamacpp import LlamaCppEngine, LlamaCppSpec
-from mapo.engines.llamacpp_worker import Decoder
+from mapo.engines.llamacpp import LlamaCppEngine
+from mapo.engines.llamacpp_spec import LlamaCppSpec
+from mapo.engines.llamacpp_decoder import Decoder
+from mapo.engines.llamacpp_worker import sample
 from mapo.envs.empathy.env import LISTENER_PROMPT
 from mapo.gguf_cache import gguf_tokenizer_folder
 from mapo.model_source import PolicySpec, embedded_gguf_path
@@ -47,10 +49,11 @@ def decode_speed(path: str, tokenizer: str, threads: int, repeats: int = 2) -> d
     try:
         for rep in range(repeats):
             contexts = [[1] + list(range(100 + j + rep, 250 + j)) for j in range(16)]
-            reply = decoder.sample({"contexts": contexts, "version": 0, "max_new_tokens": 24, "temperature": 0.7,
+            reply = sample(decoder, {"contexts": contexts, "version": 0, "max_new_tokens": 24, "temperature": 0.7,
                                     "top_p": 1.0, "max_sentences": None, "end_of_turn_id": 2, "seed": rep,
                                     "threads": threads})
-            totals += [reply["prefill_tokens"], reply["prefill_s"], sum(map(len, reply["ids"])), reply["decode_s"]]
+            stats = reply["stats"]
+            totals += [stats["prefill_tokens"], stats["prefill_s"], stats["decode_rows"], stats["decode_s"]]
             decoder.clear()
     finally:
         decoder.close()

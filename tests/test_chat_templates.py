@@ -17,6 +17,7 @@ from tiny_policy import ToyEnvironment, tiny_policy, toy_scenarios
 
 from mapo.chat_template import ChatTemplateError, load_template
 from mapo.config import OptimSpec
+from mapo.engines.hf import HfEngine
 from mapo.losses import LossSpec, check_reply_ids, packed_sequence
 from mapo.model_source import LoraSpec, PolicySpec
 from mapo.policy import load_policy
@@ -116,7 +117,7 @@ def test_a_shipped_generation_config_does_not_change_rollout_sampling(folders, t
     assert "repetition_penalty=1.3" in caplog.text and "suppress_tokens" in caplog.text
     torch.manual_seed(0)
     contexts = [policy.first_prompt_ids("Be kind.", f"Hello {k}.") for k in range(3)]
-    samples = policy.sample(contexts, 12)
+    samples = HfEngine(policy).sample(contexts, 12)
     # applied, the suppression would leave only odd ids; plain sampling draws even ones too
     assert any(i in suppressed for s in samples for i in s.ids)
     for context, sample in zip(contexts, samples):

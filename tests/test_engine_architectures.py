@@ -18,7 +18,8 @@ import torch
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install 'llama-cpp-python>=0.3', or scripts/install.sh)")
 
 from mapo.engines.gguf_export import ExportError, check_architecture  # noqa: E402
-from mapo.engines.llamacpp import LlamaCppEngine, LlamaCppSpec  # noqa: E402
+from mapo.engines.llamacpp import LlamaCppEngine  # noqa: E402
+from mapo.engines.llamacpp_spec import LlamaCppSpec  # noqa: E402
 from mapo.model_source import LoraSpec, PolicySpec  # noqa: E402
 from mapo.policy import load_policy  # noqa: E402
 from tests.test_engine_llamacpp import TEMPERATURE, _gap, _randomise_lora  # noqa: E402

@@ -89,7 +89,8 @@ def test_gemma_on_the_engine_samples_close_to_torch_after_a_sync(gemma, base_typ
     to F16 error; the shipped Q4_K_M is close, as SmolLM2's Q4_1 is. Both after an adapter sync."""
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
     from mapo.engines.importance import mismatch_stats
-    from mapo.engines.llamacpp import LlamaCppEngine, LlamaCppSpec
+    from mapo.engines.llamacpp import LlamaCppEngine
+    from mapo.engines.llamacpp_spec import LlamaCppSpec
     from tests.test_engine_llamacpp import TEMPERATURE, _randomise_lora, _torch_logprobs
 
     _, path = resolve_source(PolicySpec(model=GEMMA3_270M))
@@ -134,7 +135,8 @@ def test_a_gemma_folder_without_a_gguf_file_gets_a_sentencepiece_vocabulary(gemm
     assert types[byte_id] == gguf.TokenType.BYTE  # byte fallback pieces, as SentencePiece marks them
     assert types[gemma.end_of_turn_id] in (gguf.TokenType.CONTROL, gguf.TokenType.USER_DEFINED)
 
-    from mapo.engines.llamacpp import LlamaCppEngine, LlamaCppSpec
+    from mapo.engines.llamacpp import LlamaCppEngine
+    from mapo.engines.llamacpp_spec import LlamaCppSpec
     from tests.test_engine_llamacpp import TEMPERATURE, _gap
 
     with LlamaCppEngine(policy, slots=2, context_per_slot=256, spec=LlamaCppSpec(threads=1, base_type="F32"),

@@ -8,6 +8,9 @@ compute the same function and their log-probs agree to float error.
 
 from __future__ import annotations
 
+import random
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -15,10 +18,14 @@ import torch
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install 'llama-cpp-python>=0.3', or scripts/install.sh)")
 
 from mapo.engines.base import EngineError, StaleWeightsError  # noqa: E402
+from mapo.engines.hf import reply_text  # noqa: E402
 from mapo.engines.importance import mismatch_stats  # noqa: E402
-from mapo.engines.llamacpp import LlamaCppEngine, LlamaCppSpec  # noqa: E402
+from mapo.engines.llamacpp import LlamaCppEngine  # noqa: E402
+from mapo.engines.llamacpp_spec import LlamaCppSpec  # noqa: E402
 from mapo.engines.llamacpp_worker import CRASH_ENV  # noqa: E402
+from mapo.engines.stops import sentence_stop  # noqa: E402
 from mapo.rollout import RolloutSpec, rollout  # noqa: E402
+from mapo.text import count_sentences  # noqa: E402
 from tests.tiny_policy import ToyEnvironment, tiny_policy, toy_scenarios  # noqa: E402
 
 TEMPERATURE = 0.7
@@ -182,9 +189,9 @@ def test_embedded_model_stops_where_the_policy_would(smollm2, smollm2_engine):
     samples = smollm2_engine.sample(contexts, max_new_tokens=48, temperature=TEMPERATURE, max_sentences=1)
     for sample in samples:
         if sample.truncated:
-            assert len(sample.ids) == 48 and smollm2.sentences_in(sample.ids) < 1
+            assert len(sample.ids) == 48 and count_sentences(reply_text(smollm2)(sample.ids)) < 1
         elif sample.ids[-1] != smollm2.end_of_turn_id:
-            assert smollm2.sentence_stop(sample.ids, 1) == len(sample.ids)  # the policy's own rule, same token
+            assert sentence_stop(reply_text(smollm2), sample.ids, 1) == len(sample.ids)  # the policy's own rule, same token
     assert any(not s.truncated for s in samples)
 
 
@@ -378,7 +385,7 @@ def test_worker_runs_in_its_own_process_group(engine):
 def test_a_reply_to_an_abandoned_request_never_answers_the_next(tiny_lora, engine, monkeypatch):
     """A Ctrl-C while waiting for a reply abandons the request; its reply, arriving later, is
     dropped instead of being read as the answer to the next request."""
-    import mapo.engines.llamacpp as module
+    import mapo.engines.wire as module  # the wait for a reply selects there
 
     real = module.select.select
     calls = {"n": 0}
@@ -444,7 +451,8 @@ def test_a_failed_decode_leaves_no_record_of_ids_the_cache_lacks(tiny_lora, tmp_
     import llama_cpp
 
     from mapo.engines.gguf_export import write_model
-    from mapo.engines.llamacpp_worker import Decoder
+    from mapo.engines.llamacpp_decoder import Decoder
+    from mapo.engines.llamacpp_worker import sample
     from mapo.engines.wire import WorkerError
 
     write_model(tiny_lora.model, tiny_lora.tokenizer, tmp_path / "m.gguf", default_type="F32")
@@ -460,13 +468,13 @@ def test_a_failed_decode_leaves_no_record_of_ids_the_cache_lacks(tiny_lora, tmp_
                     "top_p": 1.0}
 
         first = _contexts(tiny_lora, 1)[0]
-        decoder.sample(request([first], 1))
+        sample(decoder, request([first], 1))
         longer = first + [tiny_lora.end_of_turn_id] + tiny_lora.next_prompt_ids("Tell me more, please.")
         monkeypatch.setattr(llama_cpp, "llama_decode", lambda ctx, batch: 1)  # the KV cache is "full"
         with pytest.raises(WorkerError, match="llama_decode returned 1"):
-            decoder.sample(request([longer], 2))
+            sample(decoder, request([longer], 2))
         monkeypatch.undo()
-        reply = decoder.sample(request([longer], 3))
+        reply = sample(decoder, request([longer], 3))
     finally:
         decoder.close()
     # the file holds the LoRA merged in: torch's policy computes the same function
@@ -486,3 +494,58 @@ def test_an_engine_folder_left_by_a_killed_run_is_cleaned_at_start_and_removed_a
         assert left == ["adapter-8.gguf", "base.gguf"]  # the stale files are gone, base.gguf rewritten
         assert (workdir / "base.gguf").read_bytes() != b"left by a killed run"
     assert not workdir.exists() and (tmp_path / "llamacpp.log").is_file()
+
+
+class _JitteryEnvironment(ToyEnvironment):
+    """The toy environment answering after a random delay: dialogues come back in a different order each run."""
+
+    def step(self, response):
+        time.sleep(random.uniform(0.0, 0.05))
+        return super().step(response)
+
+
+def _continuous_rollout(policy, engine, seed: int):
+    from concurrent.futures import ThreadPoolExecutor
+
+    spec = RolloutSpec(scenarios_per_step=2, samples_per_scenario=2, max_turns=3, max_new_tokens=8, max_sentences=None)
+    assert spec.continuous  # the default: the engine streams replies across dialogues and turns
+    torch.manual_seed(seed)
+    with ThreadPoolExecutor(4) as pool:
+        return rollout(policy, toy_scenarios(2), lambda: _JitteryEnvironment(end_early=False), spec, engine=engine, pool=pool)
+
+
+def test_a_continuous_rollout_keeps_turns_in_order_and_does_not_depend_on_timing(tiny_lora, engine):
+    """Dialogues meet their environments at their own pace: each one's turns stay in order, its ids are
+    what was sampled, its log-probs torch's; and as each draw is seeded by (dialogue, turn), the same seed
+    gives the same dialogues whatever order the environments answered in."""
+    from mapo.losses import check_reply_ids
+
+    first = _continuous_rollout(tiny_lora, engine, seed=21)
+    again = _continuous_rollout(tiny_lora, engine, seed=21)
+    other = _continuous_rollout(tiny_lora, engine, seed=22)
+    ids = [[t.token_ids for t in g.trajectories] for g in first]
+    assert ids == [[t.token_ids for t in g.trajectories] for g in again]
+    assert ids != [[t.token_ids for t in g.trajectories] for g in other]
+    for group in first:
+        assert [t.sample_index for t in group.trajectories] == [0, 1]  # the group structure is unchanged
+        for trajectory in group.trajectories:
+            check_reply_ids(trajectory)
+            assert [turn.index for turn in trajectory.turns] == [1, 2, 3]
+            for turn in trajectory.turns:
+                context = trajectory.token_ids[: turn.prompt_length]
+                assert np.allclose(_torch_logprobs(tiny_lora, context, turn.response_ids), turn.old_logprobs, atol=2e-3)
+
+
+def test_a_stream_survives_one_worker_death(tiny_lora, tmp_path, monkeypatch):
+    """The worker dies while a continuous rollout is in flight: it is restarted once with the synced
+    weights and every reply not yet back is sampled again; the rollout completes."""
+    crash = tmp_path / "crashes"
+    crash.write_text("1")
+    monkeypatch.setenv(CRASH_ENV, str(crash))
+    spec = LlamaCppSpec(threads=1, base_type="F32")
+    with LlamaCppEngine(tiny_lora, slots=4, context_per_slot=512, spec=spec, workdir=tmp_path / "e") as engine:
+        engine.sync(3)
+        groups = _continuous_rollout(tiny_lora, engine, seed=5)
+        assert engine.restarts == 1 and crash.read_text() == "0"
+        engine.check_version(3)
+    assert all(len(t.turns) == 3 for g in groups for t in g.trajectories)

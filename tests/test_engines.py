@@ -168,7 +168,7 @@ def test_worker_draw_follows_the_tempered_softmax():
     logits = rng.normal(0.0, 2.0, size=vocab).astype(np.float32)
     p = np.exp((logits - logits.max()) / temperature)
     p /= p.sum()
-    tokens, logprobs = draw(np.tile(logits, (40_000, 1)), temperature, 1.0, rng)
+    tokens, logprobs = draw(np.tile(logits, (40_000, 1)), temperature, 1.0, rng.random(40_000))
     frequency = np.bincount(tokens, minlength=vocab) / len(tokens)
     assert 0.5 * np.abs(frequency - p).sum() < 0.03  # total variation: sampling noise only
     assert np.allclose(logprobs, np.log(p[tokens]), atol=1e-5)
@@ -179,7 +179,7 @@ def test_worker_draw_top_p_keeps_the_nucleus_and_reports_its_renormalised_logpro
 
     rng = np.random.default_rng(1)
     logits = np.log(np.array([0.5, 0.3, 0.15, 0.05], dtype=np.float32))
-    tokens, logprobs = draw(np.tile(logits, (5000, 1)), 1.0, 0.7, rng)
+    tokens, logprobs = draw(np.tile(logits, (5000, 1)), 1.0, 0.7, rng.random(5000))
     assert set(tokens.tolist()) == {0, 1}  # 0.5 + 0.3 reaches 0.7; 0.15 and 0.05 are cut
     # the log-prob of the distribution drawn from: the nucleus renormalised (0.5 / 0.8, 0.3 / 0.8)
     assert np.allclose(logprobs, logits[tokens] - np.log(0.8), atol=1e-5)
@@ -187,7 +187,7 @@ def test_worker_draw_top_p_keeps_the_nucleus_and_reports_its_renormalised_logpro
 
 
 def test_worker_common_prefix():
-    from mapo.engines.llamacpp_worker import common_prefix
+    from mapo.engines.llamacpp_decoder import common_prefix
 
     assert common_prefix([1, 2, 3], [1, 2, 4, 5]) == 2
     assert common_prefix([1, 2], [1, 2, 3]) == 2
@@ -195,7 +195,7 @@ def test_worker_common_prefix():
 
 
 def test_llamacpp_spec_rejects_bad_values():
-    from mapo.engines.llamacpp import LlamaCppSpec
+    from mapo.engines.llamacpp_spec import LlamaCppSpec
 
     with pytest.raises(ValueError, match="rollout.llamacpp.sync must be one of adapter, merged"):
         LlamaCppSpec(sync="rsync")
@@ -210,13 +210,13 @@ def test_llamacpp_spec_rejects_bad_values():
 def test_idle_cores_is_within_the_machine():
     import os
 
-    from mapo.engines.llamacpp import idle_cores
+    from mapo.engines.llamacpp_spec import idle_cores
 
     assert 1 <= idle_cores() <= (os.cpu_count() or 1)
 
 
 def test_engine_threads_default_to_every_usable_core(monkeypatch):
-    import mapo.engines.llamacpp as llamacpp
+    import mapo.engines.llamacpp_spec as llamacpp
     from mapo import runtime
 
     monkeypatch.setattr(runtime.os, "sched_getaffinity", lambda pid: {2, 5, 7})
@@ -267,7 +267,7 @@ def _sequences(policy, seed: int = 0):
     out = []
     for k in range(2):
         context = policy.first_prompt_ids("Be kind.", f"Tell me something, friend {k}.")
-        sample = policy.sample([context], max_new_tokens=6, temperature=0.7)[0]
+        sample = HfEngine(policy).sample([context], max_new_tokens=6, temperature=0.7)[0]
         ids = context + sample.ids
         trained = [False] * len(context) + [True] * len(sample.ids)
         out.append(TrainSequence(ids, trained, [0.5 - k] * len(ids), [0.0] * len(context) + sample.logprobs))
@@ -351,8 +351,60 @@ def test_the_local_server_names_each_missing_module_of_its_extra(monkeypatch: py
 
 
 def test_auto_base_type_follows_the_policys_precision():
-    from mapo.engines.llamacpp import resolve_base_type
+    from mapo.engines.llamacpp_spec import resolve_base_type
 
     assert resolve_base_type("auto", tiny_policy()) == "F16"
     assert resolve_base_type("auto", tiny_policy(dtype="bf16-mixed")) == "BF16"
     assert resolve_base_type("Q8_0", tiny_policy(dtype="bf16-mixed")) == "Q8_0"
+
+
+# ---------------------------------------------------------------- the sentence stop rule, counted incrementally
+
+
+def test_incremental_sentence_count_equals_decoding_the_whole_reply_at_every_step():
+    """SentenceCounter decodes only the ids after its last settled split, yet its count is
+    count_sentences(decode(reply so far)) after every id: on replies built from real sentences
+    (ends with quotes, ellipses, line breaks, multi-byte characters) and on random ids."""
+    from mapo.engines.stops import SentenceCounter, sentence_stop
+    from mapo.text import count_sentences
+
+    tokenizer = tiny_policy().tokenizer
+
+    def decode(ids):
+        return tokenizer.decode(ids, skip_special_tokens=True)
+
+    texts = [
+        'I hear you. That sounds hard! "Really?" she asked... Yes.\nNew line here?! Ok',
+        "Wait... what?\u201d He left. Caf\u00e9 \u2014 na\u00efve r\u00e9sum\u00e9. \U0001F600 Fine. (Sure.) [Done.]",
+        "No punctuation at all just words and more words",
+    ]
+    rng = np.random.default_rng(0)
+    replies = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    replies += [rng.integers(0, len(tokenizer), size=40).tolist() for _ in range(20)]
+    replies += [[int(x) for x in rng.choice(replies[0] + replies[1], size=50)] for _ in range(20)]
+    for reply in replies:
+        counter = SentenceCounter(decode)
+        for k, token in enumerate(reply):
+            assert counter.push(token) == count_sentences(decode(reply[: k + 1])), (reply, k)
+        full = next((k + 1 for k in range(len(reply)) if count_sentences(decode(reply[: k + 1])) >= 2), None)
+        assert sentence_stop(decode, reply, 2) == full
+
+
+def test_thread_tuner_settles_on_the_fastest_count_and_keeps_checking_the_others():
+    from mapo.engines.llamacpp_decoder import ThreadTuner
+
+    tuner = ThreadTuner(3)
+    cost = {1: 0.010, 2: 0.004, 3: 0.007}  # seconds per id: 2 threads fastest here
+    chosen = []
+    for _ in range(240):
+        n = tuner.choose()
+        chosen.append(n)
+        tuner.record(n, cost[n] * 16, 16)
+    assert tuner.best() == 2
+    assert chosen[-100:].count(2) >= 80 and {1, 3} <= set(chosen[-100:])  # still tries the others now and then
+    cost[2] = 0.050  # the machine got busy: two threads now stall
+    for _ in range(240):
+        n = tuner.choose()
+        tuner.record(n, cost[n] * 16, 16)
+    assert tuner.best() == 3
+    assert ThreadTuner(1).choose() == 1

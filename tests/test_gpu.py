@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from mapo.config import OptimSpec
+from mapo.engines.hf import HfEngine
 from mapo.losses import LossSpec, TrainSequence
 from mapo.model_source import LoraSpec, PolicySpec
 from mapo.policy import load_policy
@@ -36,7 +37,7 @@ def test_weights_reference_and_optimizer_state_live_on_the_gpu_in_bf16_with_fp32
     assert {p.dtype for p in frozen} == {torch.bfloat16}
     assert trained and {p.dtype for p in trained} == {torch.float32}
     context = policy.first_prompt_ids("Be kind.", "Hello there.")
-    reply = policy.sample([context], 8)[0]
+    reply = HfEngine(policy).sample([context], 8)[0]
     ids = context + reply.ids
     seq = TrainSequence(ids, [False] * len(context) + [True] * len(reply.ids),
                         [0.0] * len(context) + [1.0] * len(reply.ids), [0.0] * len(context) + reply.logprobs)
@@ -50,7 +51,7 @@ def test_recorded_logprobs_match_the_training_forward_on_the_gpu():
     policy = gpu_policy(lora=False, dtype="float32")
     torch.manual_seed(0)
     contexts = [policy.first_prompt_ids("Be kind.", f"Hello {k}.") for k in range(3)]
-    for context, sample in zip(contexts, policy.sample(contexts, 12, temperature=0.8)):
+    for context, sample in zip(contexts, HfEngine(policy).sample(contexts, 12, temperature=0.8)):
         ids = torch.tensor([context + sample.ids])
         targets = torch.zeros_like(ids, dtype=torch.bool)
         targets[0, len(context):] = True

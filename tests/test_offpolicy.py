@@ -18,7 +18,8 @@ from tiny_policy import tiny_policy
 
 from mapo.config import load_config
 from mapo.engines.gguf_export import ExportError, write_lora_adapter
-from mapo.engines.llamacpp import LlamaCppSpec
+from mapo.engines.hf import HfEngine
+from mapo.engines.llamacpp_spec import LlamaCppSpec
 from mapo.losses import LossSpec, TrainSequence, collate
 from mapo.methods.base import TrainingMethod
 from mapo.nucleus import nucleus_mask
@@ -66,7 +67,7 @@ def test_top_p_hf_samples_and_pi_old_share_the_renormalised_nucleus():
     policy = tiny_policy()
     torch.manual_seed(4)
     contexts = [policy.first_prompt_ids("Be kind.", f"Hello number {k}.") for k in range(3)]
-    samples = policy.sample(contexts, max_new_tokens=10, temperature=0.7, top_p=0.9)
+    samples = HfEngine(policy).sample(contexts, max_new_tokens=10, temperature=0.7, top_p=0.9)
     for context, sample in zip(contexts, samples):
         old = _logprobs(policy, context, sample.ids, 0.7, 0.9)
         assert np.allclose(sample.logprobs, old, atol=1e-4)
@@ -80,7 +81,7 @@ def test_a_token_outside_the_trainers_nucleus_trains_nothing():
     policy = tiny_policy(lora=True)
     context = policy.first_prompt_ids("Be kind.", "Hello.")
     torch.manual_seed(5)
-    reply = policy.sample([context], max_new_tokens=6, temperature=0.7, top_p=0.5)[0]
+    reply = HfEngine(policy).sample([context], max_new_tokens=6, temperature=0.7, top_p=0.5)[0]
     ids = torch.tensor([context + reply.ids[:-1]])
     with torch.no_grad():
         rare = int(policy.model(input_ids=ids.to(policy.device)).logits[0, -1].argmin())  # never in the nucleus

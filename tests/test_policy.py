@@ -8,9 +8,12 @@ import pytest
 import torch
 from tiny_policy import tiny_policy
 
+from mapo.engines.hf import HfEngine, reply_text
+from mapo.engines.stops import sentence_stop
 from mapo.gguf_cache import gguf_model_folder
 from mapo.model_source import ModelSourceError, PolicySpec, embedded_gguf_path, resolve_source
 from mapo.policy import entropy_from_logits, load_policy
+from mapo.text import count_sentences
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +62,7 @@ def test_sampled_logprobs_match_the_training_forward_under_left_padding(policy):
     short = policy.first_prompt_ids("S", "hi")
     long = policy.first_prompt_ids("A much longer system prompt with many more words in it.", "hello there, friend")
     torch.manual_seed(0)
-    samples = policy.sample([short, long], max_new_tokens=6, temperature=0.9)
+    samples = HfEngine(policy).sample([short, long], max_new_tokens=6, temperature=0.9)
     for context, sample in zip([short, long], samples):
         assert len(sample.ids) == len(sample.logprobs) <= 6
         assert sample.truncated == (policy.end_of_turn_id not in sample.ids)
@@ -73,14 +76,14 @@ def test_sampled_logprobs_match_the_training_forward_under_left_padding(policy):
 def test_a_kept_cache_spares_the_prefix_and_changes_nothing(policy):
     contexts = [policy.first_prompt_ids("S", "hi"), policy.first_prompt_ids("A longer system prompt here.", "hello")]
     torch.manual_seed(1)
-    first = policy.sample(contexts, max_new_tokens=5, keep_cache=True)
+    first = HfEngine(policy).sample(contexts, max_new_tokens=5, keep_cache=True)
     nexts = []
     for context, sample in zip(contexts, first):
         assert sample.cache.length == len(context) + len(sample.ids) - 1
         tail = [policy.end_of_turn_id] if sample.truncated else []
         nexts.append(context + sample.ids + tail + policy.next_prompt_ids("and then?"))
     # the second row starts without a cache: mixed rows must work too
-    second = policy.sample(nexts, max_new_tokens=5, caches=[first[0].cache, None])
+    second = HfEngine(policy).sample(nexts, max_new_tokens=5, caches=[first[0].cache, None])
     for context, sample in zip(nexts, second):
         ids = torch.tensor([context + sample.ids], device=policy.device)
         targets = torch.zeros_like(ids, dtype=torch.bool)
@@ -88,15 +91,15 @@ def test_a_kept_cache_spares_the_prefix_and_changes_nothing(policy):
         logp, _ = policy.token_logprobs(ids, torch.ones_like(ids), targets)
         assert torch.allclose(logp[0].cpu(), torch.tensor(sample.logprobs), atol=1e-4)
     with pytest.raises(ValueError, match="leaves nothing new"):
-        policy.sample(contexts[:1], 2, caches=[first[0].cache])
+        HfEngine(policy).sample(contexts[:1], 2, caches=[first[0].cache])
 
 
 def test_sampling_is_seeded(policy):
     context = policy.first_prompt_ids("S", "hi")
     torch.manual_seed(3)
-    a = policy.sample([context, context], 5)
+    a = HfEngine(policy).sample([context, context], 5)
     torch.manual_seed(3)
-    b = policy.sample([context, context], 5)
+    b = HfEngine(policy).sample([context, context], 5)
     assert [s.ids for s in a] == [s.ids for s in b]
 
 
@@ -177,7 +180,7 @@ def test_embedded_gguf_converts_to_a_plain_folder_and_samples():
     assert "quantization_config" not in json.loads((folder / "config.json").read_text())
     policy = load_policy(PolicySpec())
     torch.manual_seed(0)
-    (sample,) = policy.sample([policy.first_prompt_ids("Be brief.", "Say hello.")], 12)
+    (sample,) = HfEngine(policy).sample([policy.first_prompt_ids("Be brief.", "Say hello.")], 12)
     assert sample.ids and policy.decode(sample.ids)
 
 
@@ -196,14 +199,18 @@ def test_lora_top_layers_adapts_only_the_last_layers():
         load_policy(PolicySpec(model="tiny", lora=LoraSpec(top_layers=0)))
 
 
+def sentences(policy, ids) -> int:
+    return count_sentences(reply_text(policy)(ids))
+
+
 def test_sentence_limit_ends_replies_after_whole_sentences():
     policy = tiny_policy(seed=3)
     text = "That sounds heavy. Was it sudden?! I wonder... what then"
     ids = policy.encode(text)
-    assert policy.sentences_in(ids) == 3  # the ellipsis counts once; "what then" is not a sentence
-    stop = policy.sentence_stop(ids, 2)
+    assert sentences(policy, ids) == 3  # the ellipsis counts once; "what then" is not a sentence
+    stop = sentence_stop(reply_text(policy), ids, 2)
     assert policy.decode(ids[:stop]) == "That sounds heavy. Was it sudden?!"
-    assert policy.sentence_stop(ids, 4) is None
+    assert sentence_stop(reply_text(policy), ids, 4) is None
 
     # The real generate path: a logit bias makes " ok" and "." the only likely tokens, so
     # replies hold many sentences; the limit must end each one right after its second.
@@ -213,12 +220,12 @@ def test_sentence_limit_ends_replies_after_whole_sentences():
     hook = policy.model.lm_head.register_forward_hook(lambda module, args, out: out + bias)
     try:
         contexts = [policy.first_prompt_ids("Be brief.", f"Hello {k}") for k in range(4)]
-        limited = policy.sample(contexts, 40, temperature=1.0, max_sentences=2)
-        unlimited = policy.sample(contexts, 40, temperature=1.0)
+        limited = HfEngine(policy).sample(contexts, 40, temperature=1.0, max_sentences=2)
+        unlimited = HfEngine(policy).sample(contexts, 40, temperature=1.0)
     finally:
         hook.remove()
     for sample in limited:
         assert not sample.truncated and sample.ids[-1] != policy.end_of_turn_id
-        assert policy.sentences_in(sample.ids) == 2 and policy.decode(sample.ids).endswith(".")
+        assert sentences(policy, sample.ids) == 2 and policy.decode(sample.ids).endswith(".")
         assert len(sample.logprobs) == len(sample.ids)
-    assert all(s.truncated and policy.sentences_in(s.ids) > 2 for s in unlimited)
+    assert all(s.truncated and sentences(policy, s.ids) > 2 for s in unlimited)

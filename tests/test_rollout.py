@@ -156,13 +156,18 @@ def test_bench_rollout_command_writes_the_ratio(tmp_path):
     data = json.loads((tmp_path / "bench_rollout.json").read_text())
     assert data["modes"]["batched"]["trajectories"] == data["modes"]["sequential"]["trajectories"] == 4
     assert data["ratios"]["tokens_per_s_generate"] > 0 and "ratio tokens_per_s_generate" in result.output
-    from mapo.engines.llamacpp import missing_requirement
+    from mapo.engines.llamacpp_spec import missing_requirement
 
     if missing_requirement():  # without llama-cpp-python the engine mode is skipped, and says why
         assert data["llamacpp_skipped"] == missing_requirement() and "llamacpp" not in data["modes"]
     else:  # the same dialogues through the llama.cpp engine, its sync and its mismatch to torch
         assert data["modes"]["llamacpp"]["trajectories"] == 4 and data["ratios"]["llamacpp_over_hf"] > 0
         assert data["sync"]["load_s"] > 0 and data["mismatch"]["tokens"] == data["modes"]["llamacpp"]["generated_tokens"]
+        for mode in ("llamacpp", "llamacpp_waves"):  # where the engine's time went, against the machine's bound
+            parts = data["breakdown"][mode]
+            assert 0 < parts["occupancy"] <= 1 and parts["decode_steps"] > 0 and parts["bound_by"] in ("compute", "memory")
+            assert parts["decode_s"] > 0 and parts["sample_s"] > 0 and 0 < parts["fraction_of_bound"]
+        assert data["machine_limits"]["matmul_peak_bf16_gflops"] > 0 and data["machine_limits"]["memory_gb_s"] > 0
 
 
 class FixedReplies:

@@ -19,11 +19,12 @@ from typer.testing import CliRunner
 from mapo.chat_template import render
 from mapo.cli import app
 from mapo.config import load_config
+from mapo.engines.base import Sample
 from mapo.envs.base import StepResult
 from mapo.evaluate.checkpoints import resolve_model
 from mapo.losses import packed_sequence
 from mapo.model_source import LoraSpec, PolicySpec
-from mapo.policy import Sample, load_policy
+from mapo.policy import load_policy
 from mapo.rollout import RolloutSpec, rollout
 from mapo.run_folder import RunFolder
 from mapo.sft.data import Example, SftDataError, read_dialogues

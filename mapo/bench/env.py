@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from mapo.config import TrainConfig
+from mapo.engines.hf import HfEngine
 from mapo.envs.base import system_prompt_for
 
 # Fixed policy replies (ours), cycled through every dialogue.
@@ -71,11 +72,12 @@ def bench_env_latency(policy: Any, scenarios: list[Any], make_env: Any, config: 
     env_row = _percentiles(step_latencies(make_env, scenarios, steps, turns))
     prompt = system_prompt_for(config.env.name, config.rollout.system_prompt)
     context = policy.first_prompt_ids(prompt, scenarios[0].opening_line)
-    policy.sample([context], 2)  # warm-up
+    engine = HfEngine(policy)
+    engine.sample([context], 2)  # warm-up
     replies = []
     for _ in range(3):
         start = time.perf_counter()
-        policy.sample([context], config.rollout.max_new_tokens, config.rollout.temperature)
+        engine.sample([context], config.rollout.max_new_tokens, config.rollout.temperature)
         replies.append(time.perf_counter() - start)
     policy_row = _percentiles(replies)
     judge = judge_kind(config)

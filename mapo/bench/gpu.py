@@ -33,6 +33,7 @@ from torch.utils.flop_counter import (
 from mapo.bench.mfu import model_parameters, synthetic_sequences
 from mapo.config import TrainConfig
 from mapo.device import resolve_device, resolve_dtype
+from mapo.engines.hf import HfEngine
 from mapo.policy import Policy
 
 SHAPES = ("smollm2-135m", "qwen2.5-1.5b")
@@ -114,7 +115,7 @@ def _products(a: torch.Tensor, b: torch.Tensor, count: int) -> None:
 def rollout_speed(policy: Policy, contexts: int, new_tokens: int, repeats: int) -> dict[str, float]:
     """Generated tokens/s of one batched `sample` call over `contexts` prompts, and one at a time."""
     prompts = [policy.first_prompt_ids("You are a caring listener.", f"{PROMPT} ({k})") for k in range(contexts)]
-    policy.sample(prompts[:2], 4)  # first-call overheads (kernels, allocator) off the clock
+    HfEngine(policy).sample(prompts[:2], 4)  # first-call overheads (kernels, allocator) off the clock
     rows = {}
     for mode, batches in (("batched", [prompts]), ("sequential", [[p] for p in prompts])):
         step = functools.partial(_sample_all, policy, batches, new_tokens)
@@ -129,7 +130,7 @@ def rollout_speed(policy: Policy, contexts: int, new_tokens: int, repeats: int) 
 
 
 def _sample_all(policy: Policy, batches: list[list[list[int]]], new_tokens: int) -> list[Any]:
-    return [sample for batch in batches for sample in policy.sample(batch, new_tokens)]
+    return [sample for batch in batches for sample in HfEngine(policy).sample(batch, new_tokens)]
 
 
 def update_speed(policy: Policy, config: TrainConfig, sequences: int, length: int, repeats: int) -> dict[str, float]:

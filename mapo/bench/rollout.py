@@ -2,12 +2,17 @@
 
 All modes run the same policy, environment, caps and seeds: `batched` samples all
 active trajectories of a turn in one `generate` call (the `hf` engine), `sequential`
-rolls out each trajectory alone, and `llamacpp` (when llama-cpp-python is installed)
-samples the batched dialogues with the llama.cpp engine (mapo.engines.llamacpp), its
-weights synced once first. Reported: generated tokens per second of generation time
-and of wall time (generation + environment), the ratios batched / sequential and
-llamacpp / hf (`llamacpp_over_hf`), the engine's sync time, and the behaviour-vs-torch
-mismatch on its samples (the importance-weight statistics training logs).
+rolls out each trajectory alone (`--no-sequential` leaves it out), and, when
+llama-cpp-python is installed, `llamacpp` samples the dialogues with the llama.cpp engine
+(mapo.engines.llamacpp) as the rollout does by default (continuous batching across dialogues
+and turns) and `llamacpp_waves` with turn-synchronous waves, its weights synced once first.
+Reported: generated tokens per second of generation time and of wall time (generation +
+environment), the ratios batched / sequential and llamacpp / hf (`llamacpp_over_hf`), the
+engine's sync time, the behaviour-vs-torch mismatch on its samples (the importance-weight
+statistics training logs), and per engine mode where the time goes (`breakdown`: prefill,
+decode, sampling, detokenising and stop rules, the worker's own overhead, its idle time, the
+round trips, the environment; the decode batch's mean occupancy) against the machine's bound
+(mapo.bench.bound: the measured matmul peak and memory bandwidth, the weights' bytes per step).
 """
 
 from __future__ import annotations
@@ -24,8 +29,10 @@ from mapo.bench import bench_rollout_spec
 from mapo.config import TrainConfig
 from mapo.engines.base import RolloutEngine
 from mapo.engines.factory import make_engine, resolve_engine
+from mapo.engines.hf import HfEngine
 from mapo.engines.importance import mismatch_stats
-from mapo.engines.llamacpp import missing_requirement
+from mapo.bench.bound import decode_bound, machine_limits
+from mapo.engines.llamacpp_spec import missing_requirement
 from mapo.model_source import resolve_source
 from mapo.policy import Policy
 from mapo.rollout import RolloutSpec, rollout
@@ -43,6 +50,7 @@ def measure(
     """Roll out `runs` one after another; their timings and token counts, and the groups."""
     timings: dict[str, float] = {}
     groups: list[Group] = []
+    before = dict(getattr(engine, "stats", {}))
     start = time.perf_counter()
     for k, (scenarios, spec) in enumerate(runs):
         torch.manual_seed(seed + k)
@@ -52,7 +60,10 @@ def measure(
     wall = time.perf_counter() - start
     turns = [turn for g in groups for t in g.trajectories for turn in t.turns]
     tokens = sum(len(turn.response_ids) for turn in turns)
+    after = getattr(engine, "stats", {})
+    worker = {key: after[key] - before.get(key, 0) for key in after}
     return {
+        **({"worker": worker} if worker else {}),
         "trajectories": sum(len(g) for g in groups),
         "turns": len(turns),
         "generated_tokens": tokens,
@@ -106,26 +117,32 @@ def bench_rollout(
     max_new_tokens: int | None = None,
     repeats: int = 1,
     engines: bool = True,
+    sequential: bool = True,
 ) -> dict[str, Any]:
     """Time `trajectories` dialogues in every mode, alternating the order over `repeats`.
 
     `turns` and `max_new_tokens` default to the config's rollout.max_turns / max_new_tokens;
-    `engines=False` leaves the llama.cpp engine out.
+    `engines=False` leaves the llama.cpp engine out, `sequential=False` the one-at-a-time mode.
     """
     turns = turns or config.rollout.max_turns
     max_new_tokens = max_new_tokens or config.rollout.max_new_tokens
     chosen, base = bench_rollout_spec(config, scenarios, trajectories, turns, max_new_tokens)
-    batched = [(chosen, base)]
     single = dataclasses.replace(base, samples_per_scenario=1, scenarios_per_step=1)
     n = base.samples_per_scenario
-    sequential = [([s], single) for s in chosen for _ in range(n)]
+    runs = {
+        "batched": [(chosen, base)],
+        "sequential": [([s], single) for s in chosen for _ in range(n)],
+        "llamacpp": [(chosen, dataclasses.replace(base, continuous=True))],
+        "llamacpp_waves": [(chosen, dataclasses.replace(base, continuous=False))],
+    }
     torch.manual_seed(config.seed)
-    policy.sample([policy.first_prompt_ids("warm up", "hello")], 2)  # first-call overheads off the clock
+    HfEngine(policy).sample([policy.first_prompt_ids("warm up", "hello")], 2)  # first-call overheads off the clock
     started = time.perf_counter()
     llama = start_llamacpp(policy, config, base, trajectories) if engines else "--no-engines"
     engine_start_s = time.perf_counter() - started
-    modes = ["batched", "sequential"] + ([] if isinstance(llama, str) else ["llamacpp"])
-    totals: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
+    modes = ["batched"] + (["sequential"] if sequential else [])
+    modes += [] if isinstance(llama, str) else ["llamacpp", "llamacpp_waves"]
+    totals: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
     llama_groups: list[Group] = []
     try:
         if not isinstance(llama, str):
@@ -133,14 +150,17 @@ def bench_rollout(
         with ThreadPoolExecutor(max_workers=config.rollout.env_workers) as pool:
             for r in range(repeats):
                 for mode in modes if r % 2 == 0 else modes[::-1]:
-                    runs = sequential if mode == "sequential" else batched
-                    engine = None if isinstance(llama, str) or mode != "llamacpp" else llama
-                    row, groups = measure(policy, runs, make_env, pool, config.seed + r, engine)
+                    engine = None if isinstance(llama, str) or not mode.startswith("llamacpp") else llama
+                    if engine is not None:
+                        llama.sync(0)  # an empty KV cache: no mode starts from prefixes another left in the slots
+                    row, groups = measure(policy, runs[mode], make_env, pool, config.seed + r, engine)
                     totals[mode].append(row)
                     if mode == "llamacpp":
                         llama_groups = groups
         extra: dict[str, Any] = {"llamacpp_skipped": llama} if isinstance(llama, str) else {
             "engine_start_s": engine_start_s,
+            "base_type": llama.base_type,
+            "weight_bytes": llama.base_gguf.stat().st_size,
             "sync": vars(llama.sync(1)),
             "mismatch": vars(
                 mismatch_stats(*trainer_and_sampler_logprobs(policy, llama_groups, base.temperature, base.top_p))
@@ -150,17 +170,25 @@ def bench_rollout(
         if not isinstance(llama, str):
             llama.close()
     summary = {mode: _sum(rows) for mode, rows in totals.items()}
-    ratios = {
-        key: summary["batched"][key] / max(summary["sequential"][key], 1e-9)
-        for key in ("tokens_per_s_generate", "tokens_per_s_wall")
-    }
+    if not isinstance(llama, str):
+        limits = machine_limits()
+        extra["machine_limits"] = limits
+        for mode in ("llamacpp", "llamacpp_waves"):
+            extra.setdefault("breakdown", {})[mode] = breakdown(summary[mode], extra, policy, limits, trajectories)
+    ratios = {}
+    if sequential:
+        ratios = {
+            key: summary["batched"][key] / max(summary["sequential"][key], 1e-9)
+            for key in ("tokens_per_s_generate", "tokens_per_s_wall")
+        }
     if "llamacpp" in summary:
-        ratios["llamacpp_over_hf"] = summary["llamacpp"]["tokens_per_s_generate"] / max(
-            summary["batched"]["tokens_per_s_generate"], 1e-9
-        )
-        ratios["llamacpp_over_hf_wall"] = summary["llamacpp"]["tokens_per_s_wall"] / max(
-            summary["batched"]["tokens_per_s_wall"], 1e-9
-        )
+        for mode, suffix in (("llamacpp", ""), ("llamacpp_waves", "_waves")):
+            ratios[f"llamacpp{suffix}_over_hf"] = summary[mode]["tokens_per_s_generate"] / max(
+                summary["batched"]["tokens_per_s_generate"], 1e-9
+            )
+            ratios[f"llamacpp{suffix}_over_hf_wall"] = summary[mode]["tokens_per_s_wall"] / max(
+                summary["batched"]["tokens_per_s_wall"], 1e-9
+            )
     return {
         **extra,
         "settings": {
@@ -170,20 +198,49 @@ def bench_rollout(
             "repeats": repeats,
             "samples_per_scenario": n,
         },
-        "modes": summary,
+        "modes": {mode: {k: v for k, v in row.items() if k != "worker"} for mode, row in summary.items()},
         "repeats": totals,
         "ratios": ratios,
         "target": {"tokens_per_s_generate": 4.0, "llamacpp_over_hf": 4.0},
     }
 
 
-def _sum(rows: list[dict[str, float]]) -> dict[str, float]:
-    out = {
+def breakdown(row: dict[str, Any], engine: dict[str, Any], policy: Policy, limits: dict[str, float], slots: int) -> dict[str, Any]:
+    """Where an engine mode's time went, the decode batch's occupancy, and the fraction of the bound reached
+    (`engine`: its base type and weight bytes)."""
+    worker = row.get("worker", {})
+    parts = {key: worker.get(key, 0.0) for key in ("prefill_s", "decode_s", "sample_s", "stop_s")}
+    parts["worker_overhead_s"] = worker.get("step_s", 0.0) - sum(parts.values())  # batch filling, bookkeeping
+    parts["worker_idle_s"] = max(0.0, worker.get("worker_s", 0.0) - worker.get("step_s", 0.0))  # waiting for contexts
+    parts["round_trip_s"] = worker.get("round_trip_s", 0.0)
+    parts["env_s"] = row["env_s"]
+    rows = worker.get("decode_rows", 0) / max(worker.get("decode_steps", 0), 1)
+    decode_rate = worker.get("decode_rows", 0) / max(worker.get("decode_s", 0.0), 1e-9)
+    params = sum(p.numel() for name, p in policy.model.named_parameters() if "lora_" not in name)
+    peak = limits["matmul_peak_bf16_gflops" if engine["base_type"] == "BF16" else "matmul_peak_fp32_gflops"]
+    bound = decode_bound(params, engine["weight_bytes"], rows, peak, limits["memory_gb_s"])
+    return {
+        **parts,
+        "wall_s": row["wall_s"],
+        "decode_steps": worker.get("decode_steps", 0),
+        "mean_rows": rows,
+        "occupancy": rows / slots,
+        "decode_tokens_per_s": decode_rate,
+        **bound,
+        "fraction_of_bound": decode_rate / bound["bound_tokens_per_s"],
+    }
+
+
+def _sum(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {
         k: sum(r[k] for r in rows)
         for k in ("trajectories", "turns", "generated_tokens", "generate_s", "env_s", "wall_s")
     }
     out["tokens_per_s_generate"] = out["generated_tokens"] / max(out["generate_s"], 1e-9)
     out["tokens_per_s_wall"] = out["generated_tokens"] / max(out["wall_s"], 1e-9)
+    workers = [r["worker"] for r in rows if "worker" in r]
+    if workers:
+        out["worker"] = {key: sum(w.get(key, 0) for w in workers) for key in workers[0]}
     return out
 
 

@@ -49,11 +49,12 @@ def bench_rollout_command(
     ] = None,
     repeats: Annotated[int, typer.Option(help="Alternating repetitions of all modes.")] = 1,
     engines: Annotated[bool, typer.Option(help="Also time the llama.cpp engine (when installed).")] = True,
+    sequential: Annotated[bool, typer.Option(help="Also time one trajectory at a time (the slowest mode).")] = True,
     output: BenchOutOpt = None,
 ) -> None:
-    """Batched rollout vs one trajectory at a time, and the llama.cpp engine vs hf: tokens/s and ratios."""
+    """Batched rollout vs one trajectory at a time, and the llama.cpp engine vs hf: tokens/s, ratios, where the time goes."""
     _suite_bench("rollout", config, set_, output, trajectories=trajectories, turns=turns,
-                 max_new_tokens=max_new_tokens, repeats=repeats, engines=engines)
+                 max_new_tokens=max_new_tokens, repeats=repeats, engines=engines, sequential=sequential)
 
 
 @bench_app.command("train")

@@ -15,7 +15,31 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from mapo.policy import KVCache, Sample
+import torch
+
+
+@dataclass
+class KVCache:
+    """One sequence's attention keys/values per layer ([kv_heads, tokens, head_dim] each)."""
+
+    layers: list[tuple[torch.Tensor, torch.Tensor]]
+
+    @property
+    def length(self) -> int:
+        return int(self.layers[0][0].shape[1])
+
+
+@dataclass
+class Sample:
+    """One sampled reply: its ids (with the end-of-turn id if it stopped) and their log-probs.
+
+    `cache`, when requested, covers the context and every reply id but the last.
+    """
+
+    ids: list[int]
+    logprobs: list[float]
+    truncated: bool  # cut by the token cap: neither the end-of-turn id nor the sentence limit was reached
+    cache: KVCache | None = None
 
 
 class EngineError(RuntimeError):
@@ -44,7 +68,7 @@ class SyncStats:
 
 
 class RolloutEngine(Protocol):
-    """What the rollout and the trainer use; `sample` has `Policy.sample`'s signature."""
+    """What the rollout and the trainer use (`sample`: see HfEngine.sample, the reference)."""
 
     name: str
     version: int

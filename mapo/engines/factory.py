@@ -16,7 +16,8 @@ from mapo.engines import ENGINE_CHOICES
 from mapo.engines.base import EngineError, RolloutEngine
 from mapo.engines.gguf_export import ExportError, check_architecture
 from mapo.engines.hf import HfEngine
-from mapo.engines.llamacpp import LlamaCppEngine, LlamaCppSpec, missing_requirement
+from mapo.engines.llamacpp import LlamaCppEngine
+from mapo.engines.llamacpp_spec import LlamaCppSpec, missing_requirement
 from mapo.policy import Policy
 
 log = logging.getLogger("mapo.engines")

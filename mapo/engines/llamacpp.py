@@ -22,117 +22,32 @@ from __future__ import annotations
 
 import atexit
 import logging
-import os
-import pickle
-import select
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-import mapo
-from mapo.engines.base import EngineError, StaleWeightsError, SyncStats, require_version
+from mapo.engines.base import EngineError, KVCache, Sample, StaleWeightsError, SyncStats, require_version
 from mapo.engines.gguf_export import check_architecture, write_lora_adapter, write_model
-from mapo.engines.wire import HEADER, frame_bytes
-from mapo.policy import KVCache, Policy, Sample
-from mapo.runtime import IDLE, check_threads, usable_cores
+from mapo.engines.llamacpp_spec import (
+    SOURCE,
+    LlamaCppSpec,
+    engine_threads,
+    missing_requirement,
+    remove_leftovers,
+    resolve_base_type,
+)
+from mapo.engines.llamacpp_stream import ReplyStream
+from mapo.engines.worker_process import WorkerDied, WorkerProcess
+from mapo.policy import Policy
 
 log = logging.getLogger("mapo.engines.llamacpp")
-SYNC_MODES = ("adapter", "merged")
-SOURCE = "source"
-AUTO = "auto"
-BASE_TYPES = ("F32", "F16", "BF16", "Q8_0")  # Q4_0 re-quantised from Q4_1 weights: KL 0.58 to torch, unusable
-MERGED_FROM_SOURCE = (
-    "rollout.llamacpp.sync=merged with base_type=source would re-quantise the merged weights to the shipped "
-    "file's 4-bit types after every step, so small updates vanish and the engine lags the trainer; set "
-    "rollout.llamacpp.base_type to F16 (what torch computes), Q8_0 or F32"
-)
-# what the engine writes into its working folder; a killed run's leftovers are removed at start
-WORKDIR_FILES = ("base.gguf", "adapter-*.gguf", "model-*.gguf", "*.tmp")
-
-
-@dataclass
-class LlamaCppSpec:
-    """The llama.cpp engine's knobs (the `rollout.llamacpp` config section)."""
-
-    # sequences decode on this many threads; None: every core the process may use; "idle": the
-    # cores idle right now, per request (for a shared CPU: a thread more than the idle cores
-    # stalls every barrier, 2 threads on 2 busy cores decoded 10x slower than 1 there)
-    threads: int | str | None = None
-    sync: str = "adapter"  # adapter: LoRA as a GGUF adapter | merged: whole model in base_type, reloaded
-    # the base model llama.cpp runs: "source" = the policy's GGUF file as shipped, or a tensor
-    # type (F16, BF16, Q8_0, F32) to write from the torch weights; "auto" = BF16 when the policy
-    # computes in bfloat16 (bf16-mixed: BF16 decodes faster and its KL to that policy is F16's),
-    # else F16 (KL 1e-5 to a float32 policy on SmolLM2; BF16 20x more). docs/engines.md
-    base_type: str = AUTO
-    batch_tokens: int = 512  # ids per llama_decode call while prefilling
-    timeout_s: float = 900.0  # a request unanswered this long counts as a dead worker
-
-    def __post_init__(self) -> None:
-        if self.sync not in SYNC_MODES:
-            raise ValueError(f"rollout.llamacpp.sync must be one of {', '.join(SYNC_MODES)}, got {self.sync!r}")
-        if self.base_type not in (AUTO, SOURCE, *BASE_TYPES):
-            raise ValueError(
-                f"rollout.llamacpp.base_type must be {AUTO!r}, {SOURCE!r} or one of {', '.join(BASE_TYPES)}, got {self.base_type!r}"
-            )
-        if self.sync == "merged" and self.base_type == SOURCE:
-            raise ValueError(MERGED_FROM_SOURCE)
-        check_threads(self.threads, "rollout.llamacpp.threads")
-        if self.batch_tokens < 1 or not self.timeout_s > 0:
-            raise ValueError("rollout.llamacpp.batch_tokens must be >= 1 and timeout_s > 0")
-
-
-def resolve_base_type(base_type: str, policy: Policy) -> str:
-    """The base type to run: as configured, or for `auto` BF16 under a bfloat16-computing policy, else F16."""
-    if base_type != AUTO:
-        return base_type
-    return "BF16" if policy.compute_dtype is torch.bfloat16 else "F16"
-
-
-def engine_threads(threads: int | str | None) -> int:
-    """The threads of one request: as configured, every usable core (None), or the idle ones (`idle`)."""
-    if threads is None:
-        return usable_cores()
-    return idle_cores() if threads == IDLE else int(threads)
-
-
-def idle_cores() -> int:
-    """Usable CPU cores not running anything else right now (at least 1): cores - (running threads - this one)."""
-    cores = usable_cores()
-    try:
-        running = int(Path("/proc/loadavg").read_text().split()[3].split("/")[0])
-    except (OSError, IndexError, ValueError):
-        running = int(os.getloadavg()[0] + 0.5) + 1
-    return max(1, min(cores, cores - (running - 1)))
-
-
-def missing_requirement() -> str | None:
-    """Why the engine cannot run here (a message), or None when it can."""
-    import importlib.util
-
-    if importlib.util.find_spec("llama_cpp") is None:
-        return "llama-cpp-python is not installed (pip install 'llama-cpp-python>=0.3', or scripts/install.sh)"
-    return None
-
-
-def remove_leftovers(workdir: Path) -> None:
-    """Delete the weight files (and half-written .tmp files) an engine left in `workdir`."""
-    for pattern in WORKDIR_FILES:
-        for path in Path(workdir).glob(pattern):
-            path.unlink(missing_ok=True)
-    shutil.rmtree(Path(workdir) / "tokenizer", ignore_errors=True)
-
-
-class _WorkerDied(Exception):
-    """The worker exited or stopped answering; the message says how."""
+WORKER_MODULE = "mapo.engines.llamacpp_worker"
 
 
 class LlamaCppEngine:
@@ -178,10 +93,8 @@ class LlamaCppEngine:
         self._weights: dict[str, Any] | None = None  # the last weights loaded, replayed after a restart
         self.restarts = 0
         self.stats: Counter[str] = Counter()
-        self.process: subprocess.Popen[bytes] | None = None
-        self._inbox = bytearray()  # reply bytes read but not yet a whole frame
-        self._last_id = 0
-        self._closed = False
+        self.worker = WorkerProcess(WORKER_MODULE, self.log_path, self.spec.timeout_s)
+        self.closed = False
         atexit.register(self.close)  # an engine nobody closed still ends its worker and work folder
         try:
             if self.base_type == SOURCE:
@@ -202,27 +115,8 @@ class LlamaCppEngine:
         return path
 
     def _start(self) -> None:
-        package_root = str(Path(mapo.__file__).resolve().parents[1])
-        env = {
-            # OpenMP threads that wait passively: a spinning thread on a busy core stalls the others
-            "OMP_WAIT_POLICY": "PASSIVE",
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])),
-        }
-        with open(self.log_path, "ab") as log_out:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "mapo.engines.llamacpp_worker"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log_out,
-                env=env,
-                # its own session and process group: a Ctrl-C at the terminal interrupts the trainer,
-                # not the worker mid-request; the trainer stops it (close) or its input closing does
-                start_new_session=True,
-            )
-        assert self.process.stdin is not None
-        os.set_blocking(self.process.stdin.fileno(), False)  # writes wait in select, with a deadline
-        self._inbox.clear()
+        """Start the worker, load the base model, and check that it shares the policy's vocabulary."""
+        self.worker.start()
         check_ids = sorted({*self.policy.tokenizer.all_special_ids, *range(0, len(self.policy.tokenizer), 997)})
         load = {
             "op": "load",
@@ -238,7 +132,7 @@ class LlamaCppEngine:
         }
         try:
             reply = self._exchange(load)
-        except _WorkerDied as err:
+        except WorkerDied as err:
             raise EngineError(
                 f"the llamacpp engine's worker died while loading {self.base_gguf} ({err}); its log is {self.log_path}"
             ) from None
@@ -250,129 +144,59 @@ class LlamaCppEngine:
                 f"({reply['n_vocab']} vs {len(self.policy.tokenizer)} tokens; first differing id: {wrong[:1]})"
             )
 
-    def _receive_some(self, deadline: float) -> None:
-        """Read what the worker has written (up to 1 MiB) into the inbox, waiting until `deadline`."""
-        process = self.process
-        assert process is not None and process.stdout is not None
-        fd = process.stdout.fileno()
-        wait = deadline - time.monotonic()
-        if wait <= 0 or not select.select([fd], [], [], wait)[0]:
-            raise _WorkerDied(f"no answer within {self.spec.timeout_s:.0f} s")
-        chunk = os.read(fd, 1 << 20)
-        if not chunk:
-            raise _WorkerDied(f"exit code {process.wait()}")
-        self._inbox += chunk
-
-    def _next_frame(self) -> dict[str, Any] | None:
-        """The first whole reply in the inbox (removed from it), or None."""
-        if len(self._inbox) < HEADER.size:
-            return None
-        (size,) = HEADER.unpack_from(self._inbox)
-        if len(self._inbox) < HEADER.size + size:
-            return None
-        payload = bytes(self._inbox[HEADER.size : HEADER.size + size])
-        del self._inbox[: HEADER.size + size]
-        return pickle.loads(payload)
-
-    def _send(self, message: dict[str, Any], deadline: float) -> None:
-        """Write one request frame by `deadline`, reading replies meanwhile (a worker blocked on a
-        full reply pipe never reads its input). A frame cut short breaks the stream: the worker is killed."""
-        process = self.process
-        assert process is not None and process.stdin is not None and process.stdout is not None
-        data = memoryview(frame_bytes(message))
-        sent = 0
-        try:
-            while sent < len(data):
-                wait = deadline - time.monotonic()
-                readable, writable, _ = select.select([process.stdout], [process.stdin], [], max(wait, 0))
-                if not readable and not writable:
-                    raise _WorkerDied(f"it did not take a request within {self.spec.timeout_s:.0f} s")
-                if readable:
-                    self._receive_some(deadline)
-                if writable:
-                    try:
-                        sent += os.write(process.stdin.fileno(), data[sent:])
-                    except BlockingIOError:
-                        continue
-                    except OSError:
-                        raise _WorkerDied(f"exit code {process.wait()}") from None
-        except BaseException:
-            if sent:  # half a frame is in the pipe: the worker would misread every later request
-                self._kill()
-            raise
+    @property
+    def process(self) -> Any:
+        """The worker's subprocess.Popen (None while stopped)."""
+        return self.worker.process
 
     def _exchange(self, message: dict[str, Any]) -> dict[str, Any]:
-        """Send one request and wait for its reply; _WorkerDied when the process is gone or hangs.
-
-        Requests carry an id and so do replies: a reply to an earlier request that was abandoned
-        (a Ctrl-C while waiting) is read and dropped, never taken for this one's.
-        """
-        if self._closed:
+        """One request and its reply; WorkerDied when the process is gone or hangs, EngineError
+        (StaleWeightsError for a version mismatch) when the worker refuses it."""
+        if self.closed:
             raise EngineError("the llamacpp engine is closed")
-        if self.process is None:
-            raise _WorkerDied("it was stopped during an earlier request")
-        self._last_id += 1
-        message = {**message, "id": self._last_id}
-        deadline = time.monotonic() + self.spec.timeout_s
-        try:
-            self._send(message, deadline)
-            while (reply := self._next_frame()) is None or reply.get("id") != message["id"]:
-                if reply is not None:
-                    log.info("dropped the llamacpp worker's reply to an abandoned request %s", reply.get("id"))
-                    continue
-                self._receive_some(deadline)
-        except _WorkerDied:
-            self._kill()
-            raise
+        reply = self.worker.exchange(message)
+        self.check_reply(message["op"], reply)
+        return reply
+
+    def check_reply(self, op: str, reply: dict[str, Any]) -> None:
+        """EngineError (StaleWeightsError for a version mismatch) when the worker refused a request."""
         if not reply.get("ok"):
             error = reply.get("error", "no reason given")
             kind = StaleWeightsError if reply.get("stale") else EngineError
-            raise kind(f"the llamacpp engine refused {message['op']!r}: {error} (log: {self.log_path})")
-        return reply
+            raise kind(f"the llamacpp engine refused {op!r}: {error} (log: {self.log_path})")
 
     def _request(self, message: dict[str, Any]) -> dict[str, Any]:
         """`_exchange` with one restart: a worker that dies is started again, reloaded, and asked again."""
         try:
             return self._exchange(message)
-        except _WorkerDied as first:
-            log.warning("the llamacpp engine's worker died (%s); restarting it once (log: %s)", first, self.log_path)
-            self.restarts += 1
+        except WorkerDied as first:
+            self.restart(first)
             try:
-                self._start()
-                if self._weights is not None:
-                    self._exchange(self._weights)
                 return self._exchange(message)
-            except _WorkerDied as second:
-                raise EngineError(
-                    f"the llamacpp engine's worker process died again after a restart ({second}); "
-                    f"its log is {self.log_path}"
-                ) from None
+            except WorkerDied as second:
+                raise self.died_again(second) from None
 
-    def _kill(self) -> None:
-        """End the worker process by force and close its pipes."""
-        process, self.process = self.process, None
-        self._inbox.clear()
-        if process is None:
-            return
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        for stream in (process.stdin, process.stdout):
-            if stream is not None:
-                stream.close()
+    def restart(self, why: WorkerDied) -> None:
+        """Start a worker again after `why`, with the last synced weights; EngineError if it dies again."""
+        log.warning("the llamacpp engine's worker died (%s); restarting it once (log: %s)", why, self.log_path)
+        self.restarts += 1
+        try:
+            self._start()
+            if self._weights is not None:
+                self._exchange(self._weights)
+        except WorkerDied as second:
+            raise self.died_again(second) from None
+
+    def died_again(self, why: WorkerDied) -> EngineError:
+        return EngineError(
+            f"the llamacpp engine's worker process died again after a restart ({why}); its log is {self.log_path}"
+        )
 
     def close(self) -> None:
         """Stop the worker (politely, then by force); delete the working folder if the engine made it."""
         atexit.unregister(self.close)
-        self._closed = True
-        process = self.process
-        if process is not None and process.poll() is None:
-            try:
-                self._send({"op": "close", "id": 0}, time.monotonic() + 10)
-                process.wait(timeout=10)
-            except (OSError, subprocess.TimeoutExpired, _WorkerDied):
-                pass
-        self._kill()
+        self.closed = True
+        self.worker.close()
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -439,6 +263,26 @@ class LlamaCppEngine:
         """Argmax decoding (single-turn benchmarks at temperature 0): the reply ids, end-of-turn kept."""
         return [s.ids for s in self._generate(contexts, max_new_tokens, 0.0, 1.0, None)]
 
+    def _rules(self, max_new_tokens: int, temperature: float, top_p: float, max_sentences: int | None) -> dict[str, Any]:
+        """A sampling request's fields: how to draw, where to stop, which weights and threads."""
+        return {
+            "max_new_tokens": max_new_tokens,
+            "temperature": temperature,
+            "top_p": top_p,
+            "max_sentences": max_sentences,
+            "end_of_turn_id": self.policy.end_of_turn_id,
+            "seed": int(torch.randint(0, 2**62, ()).item()),  # from torch's generator: a seeded run repeats
+            "threads": engine_threads(self.spec.threads),
+            "tune_threads": self.spec.threads is None,  # null: up to every usable core, the fastest count
+            "version": self.version,  # the worker refuses to sample from any other weights
+        }
+
+    def count(self, worker_stats: dict[str, float], client_s: float) -> None:
+        """Add a request's worker statistics to `stats`; the client's waiting beyond the worker's own
+        time is the round trip (pickling, pipes, waking up)."""
+        self.stats.update(worker_stats)
+        self.stats["round_trip_s"] += max(0.0, client_s - worker_stats.get("worker_s", 0.0))
+
     def _generate(
         self, contexts: Sequence[Sequence[int]], max_new_tokens: int, temperature: float, top_p: float,
         max_sentences: int | None,
@@ -446,24 +290,20 @@ class LlamaCppEngine:
         samples: list[Sample] = []
         for start in range(0, len(contexts), self.slots):
             chunk = [list(c) for c in contexts[start : start + self.slots]]
-            seed = int(torch.randint(0, 2**62, ()).item())
+            began = time.perf_counter()
             reply = self._request(
-                {
-                    "op": "sample",
-                    "contexts": chunk,
-                    "max_new_tokens": max_new_tokens,
-                    "temperature": temperature,
-                    "top_p": top_p,
-                    "max_sentences": max_sentences,
-                    "end_of_turn_id": self.policy.end_of_turn_id,
-                    "seed": seed,
-                    "threads": engine_threads(self.spec.threads),
-                    "version": self.version,  # the worker refuses to sample from any other weights
-                }
+                {"op": "sample", "contexts": chunk, **self._rules(max_new_tokens, temperature, top_p, max_sentences)}
             )
-            for key in ("prefill_tokens", "reused_tokens", "copied_tokens", "prefill_s", "decode_s"):
-                self.stats[key] += reply[key]
-            self.stats["generated_tokens"] += sum(len(ids) for ids in reply["ids"])
+            self.count(reply["stats"], time.perf_counter() - began)
             for ids, logprobs, ended in zip(reply["ids"], reply["logprobs"], reply["ended"]):
                 samples.append(Sample(ids, logprobs, truncated=not ended))
         return samples
+
+    def stream(
+        self, max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0, max_sentences: int | None = None
+    ) -> ReplyStream:
+        """A stream of replies: `add` contexts as they come, `take` replies as they end (continuous
+        batching across dialogues and turns); the engine keeps one stream open at a time."""
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0 for sampling, got {temperature}")
+        return ReplyStream(self, self._rules(max_new_tokens, temperature, top_p, max_sentences))

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import io
+import os
 import pickle
+import select
 import struct
 from typing import Any, BinaryIO
 
@@ -30,6 +33,33 @@ def frame_bytes(message: Any) -> bytes:
 def write_frame(stream: BinaryIO, message: Any) -> None:
     stream.write(frame_bytes(message))
     stream.flush()
+
+
+class Inbox:
+    """Bytes read from a pipe (`os.read`, never blocking on a partial frame) and the frames they hold."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.data = bytearray()
+
+    def next(self) -> Any | None:
+        """The first whole frame received (removed), or None."""
+        stream = io.BytesIO(self.data)
+        message = read_frame(stream)  # None: no whole frame yet
+        if message is not None:
+            del self.data[: stream.tell()]
+        return message
+
+    def receive(self, wait_s: float | None) -> bool:
+        """Read what the pipe holds (up to 1 MiB), waiting at most `wait_s` (None: until something comes);
+        False when nothing came in time; EOFError when the writer closed the pipe."""
+        if wait_s is not None and not select.select([self.fd], [], [], max(wait_s, 0.0))[0]:
+            return False
+        chunk = os.read(self.fd, 1 << 20)
+        if not chunk:
+            raise EOFError("the pipe was closed")
+        self.data += chunk
+        return True
 
 
 class WorkerError(RuntimeError):

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from mapo.engines.hf import HfEngine
 from mapo.envs.base import Environment, StepResult
 from mapo.methods.compeer import seen_reply
 from mapo.methods.ranking import Candidate, Ranker
@@ -135,7 +136,7 @@ def branching_rollout(
     contexts = [traj.token_ids[: traj.turns[-1].prompt_length] for traj, _ in reached for _ in range(g - 1)]
     timings = {} if timings is None else timings
     clock = time.perf_counter()
-    samples = policy.sample(
+    samples = HfEngine(policy).sample(
         contexts, spec.max_new_tokens, spec.temperature, spec.top_p, max_sentences=spec.max_sentences
     ) if g > 1 else []
     timings["generate"] = timings.get("generate", 0.0) + time.perf_counter() - clock

@@ -20,6 +20,7 @@ import pytest
 from fixture_paths import REPO
 
 from mapo.advantages import compute_batch, compute_group, returns
+from mapo.engines.hf import HfEngine
 
 HAS_VERL = importlib.util.find_spec("verl") is not None
 needs_verl = pytest.mark.skipif(
@@ -245,7 +246,7 @@ class TinyModelServer:
     async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
         from verl.workers.rollout.replica import TokenOutput
 
-        sample = self.policy.sample(
+        sample = HfEngine(self.policy).sample(
             [list(prompt_ids)], max_new_tokens=int(sampling_params["max_tokens"]),
             temperature=float(sampling_params["temperature"]), top_p=float(sampling_params["top_p"]),
         )[0]
