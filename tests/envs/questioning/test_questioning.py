@@ -143,6 +143,19 @@ def test_a_scenario_fixes_its_pool_for_every_dialogue():
         ("Is it alive? Does it", "invalid", "not_one_question"),  # cut mid-way through a second one
         ("Isn't it alive?", "invalid", "negation"),
         ("Is it not made of metal?", "invalid", "negation"),
+        ("Isnt it alive?", "invalid", "negation"),  # a contraction without its apostrophe
+        ("Isn`t it alive?", "invalid", "negation"),  # a backtick for the apostrophe
+        ("Isn\u02bct it alive?", "invalid", "negation"),  # U+02BC, the modifier letter apostrophe
+        ("Isn\u2019t it alive?", "invalid", "negation"),
+        ("Is it non-living?", "invalid", "negation"),
+        ("Is it un-alive?", "invalid", "negation"),
+        ("Is it anything but alive?", "invalid", "negation"),
+        ("Is it the opposite of alive?", "invalid", "negation"),
+        ("Is it lacking anything alive?", "invalid", "negation"),
+        ("Is it free of metal?", "invalid", "negation"),
+        ("Is it something other than alive?", "invalid", "negation"),
+        ("Cannot you eat it?", "invalid", "negation"),
+        ("Is it unliving?", "invalid", "off_list"),  # a prefix written into the word names no phrase
         ("What is it?", "invalid", "off_list"),
         ("?", "invalid", "off_list"),
         ("", "invalid", "empty"),
