@@ -117,6 +117,8 @@ def eval_command(
         typer.echo(f"{label}: {figures_line(summary['figures'])}")
     for name, reference in summary.get("references", {}).items():
         typer.echo(f"{name}: {figures_line(reference['figures'])}")
+    if "references_error" in summary:
+        typer.echo(f"reference players not played (the policy's results are kept): {summary['references_error']}", err=True)
     typer.echo(f"Eval: {path}\nTranscripts: {path.parent / 'transcripts.jsonl'}\nViewer: {path.parent / 'transcripts.html'}")
     if not verdict["valid"]:
         if not allow_fallbacks:

@@ -30,10 +30,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-if TYPE_CHECKING:
-    from mapo.envs.questioning.cases import Table
+from mapo.envs.questioning.table import Table
 
 _CONTRACTIONS = ("isnt", "arent", "wasnt", "werent", "doesnt", "dont", "didnt", "cant", "couldnt", "wont", "wouldnt",
                  "shouldnt", "hasnt", "havent", "hadnt", "aint", "mustnt", "neednt", "mightnt", "shant")
