@@ -208,7 +208,7 @@ def report(
         Optional[Path], typer.Option("--png", help="Also draw the runs' learning curve into this PNG file (mean and each run).")
     ] = None,
     references: Annotated[
-        Optional[Path], typer.Option("--references", help="An eval folder or eval.json whose reference players (a game's optimal "
+        Optional[Path], typer.Option("--references", help="An eval folder or eval.json whose reference players (a game's optimal, informative "
                                      "and random) are drawn as lines on the curve.")
     ] = None,
     title: Annotated[str, typer.Option(help="The figure's title (with --png).")] = "",

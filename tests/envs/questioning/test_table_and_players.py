@@ -96,6 +96,12 @@ def test_every_player_and_demonstrations_play_a_case_file_of_ones_own(tmp_path):
     assert records[0]["meta"]["player"] == "player:informative"
     rows = play_players(TQ, source, [Setting(5, None)], pools=2)
     assert {r["player"]: r["success_rate"] for r in rows}["player:optimal"] == 1.0
+    out = tmp_path / "players.json"
+    result = CliRunner().invoke(app, ["env", "players", TQ, "--scenarios", source, "--pools", "2", "--setting", "5:3",
+                                      "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "| 5 | 3 | 8 |" in result.output  # pool 5, 3 replies, 4 secrets x 2 pools
+    assert [r["player"] for r in json.loads(out.read_text())["rows"]] == ["player:random", "player:informative", "player:optimal"]
 
 
 def test_two_loaded_tables_that_disagree_about_the_opening_are_refused(tmp_path):
