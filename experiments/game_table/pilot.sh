@@ -24,4 +24,4 @@ mapo train --config twenty-questions "${SETS[@]}" --set steps="$STEPS" --set see
 mapo eval --model "$OUT/run" --env twenty-questions --scenarios test --samples 8 --max-turns 5 --seed 0 \
     --env-option pool_size=8 --env-option max_turns=5 --env-option show_table=true --env-option show_turns_left=true \
     --env-option forfeit_on_failure=true --env-option forfeit_on_timeout=true --output "$OUT/eval"
-python experiments/game_table/summarize.py "$OUT/eval" "$OUT/pilot_eval.json"
+python experiments/game_table/summarize.py "$OUT/eval" "$OUT/pilot_eval.json" "$(dirname "$(dirname "$WARM")")/eval"
