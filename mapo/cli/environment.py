@@ -1,5 +1,5 @@
-"""`mapo env list | try | calibrate | train-judge | demos`: the empathy environment's cards, its simulated user, its judge's
-calibration; the questioning game's demonstrations."""
+"""`mapo env list | try | calibrate | train-judge | demos | players`: the empathy environment's cards, its simulated
+user, its judge's calibration; the questioning game's demonstrations and its reference players over budgets."""
 
 from __future__ import annotations
 
@@ -136,9 +136,9 @@ def env_train_judge(
 def env_demos(
     env: Annotated[str, typer.Argument(help="A questioning game: twenty-questions or troubleshooting.")],
     out: Annotated[Path, typer.Option("--output", "--out", help="The JSONL file to write (one dialogue per line).")],
-    player: Annotated[str, typer.Option(help="Reference player: optimal or random.")] = "random",
+    player: Annotated[str, typer.Option(help="Reference player: optimal, informative or random.")] = "random",
     games: Annotated[int, typer.Option(help="How many games to write.")] = 200,
-    split: Annotated[str, typer.Option(help="Secrets to play: train, test or all.")] = "train",
+    split: Annotated[str, typer.Option(help="Secrets to play: train, test or all, or a case file path.yaml[:split].")] = "train",
     env_option: Annotated[
         Optional[list[str]], typer.Option("--env-option", help="Environment keyword: key=value, e.g. pool_size=16 (repeatable).")
     ] = None,
@@ -148,7 +148,7 @@ def env_demos(
     """Write a reference player's games as supervised (SFT) dialogues: exactly the system prompt
     and user messages an RL rollout shows, and the player's replies."""
     from mapo.cli.common import key_values
-    from mapo.envs.questioning.demos import write_demos
+    from mapo.sft.demos import write_demos
 
     try:
         counts = write_demos(env, player, games, split, out, key_values(env_option, "--env-option"), seed, solved_only)
@@ -158,3 +158,38 @@ def env_demos(
         f"{counts['written']} games written ({counts['solved']} of {games} solved"
         + (f", {counts['skipped']} unsolved skipped" if solved_only else "") + f")\nDemonstrations: {counts['path']}"
     )
+
+
+@env_app.command("players")
+def env_players(
+    env: Annotated[str, typer.Argument(help="A questioning game: twenty-questions or troubleshooting.")],
+    setting: Annotated[
+        Optional[list[str]], typer.Option("--setting", help="POOL:REPLIES, or POOL for the game's default budget (repeatable).")
+    ] = None,
+    scenarios: Annotated[str, typer.Option(help="Secrets to play: train, test, all, or a case file path.yaml[:split].")] = "test",
+    pools: Annotated[int, typer.Option(help="Pools drawn per secret (pool_seed 0 .. N-1).")] = 50,
+    env_option: Annotated[
+        Optional[list[str]], typer.Option("--env-option", help="Environment keyword: key=value (repeatable; default: the budget shown).")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the random and informative players.")] = 0,
+    out: Annotated[Optional[Path], typer.Option("--json", help="Also write the rows (every figure) to this JSON file.")] = None,
+) -> None:
+    """Play the reference players (random, informative, optimal) on every secret with many pools at
+    each pool size and budget; print their success side by side (and the rows as JSON with --json)."""
+    import json
+
+    from mapo.cli.common import key_values
+    from mapo.evaluate.player_budgets import Setting, budget_table, play_players
+
+    options = key_values(env_option, "--env-option") if env_option else {"show_turns_left": True}
+    try:
+        settings = [Setting.parse(s) for s in (setting or ["8:5", "16:6", "32:7", "8", "16", "32"])]
+        rows = play_players(env, scenarios, settings, pools, options, seed=seed)
+    except ValueError as err:
+        raise fail(err) from None
+    typer.echo(budget_table(rows))
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"env": env, "scenarios": scenarios, "pools": pools, "options": options,
+                                         "seed": seed, "rows": rows}, indent=2) + "\n", encoding="utf-8")
+        typer.echo(f"Rows: {out}")

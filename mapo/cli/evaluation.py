@@ -117,6 +117,8 @@ def eval_command(
         typer.echo(f"{label}: {figures_line(summary['figures'])}")
     for name, reference in summary.get("references", {}).items():
         typer.echo(f"{name}: {figures_line(reference['figures'])}")
+    if "references_error" in summary:
+        typer.echo(f"reference players not played (the policy's results are kept): {summary['references_error']}", err=True)
     typer.echo(f"Eval: {path}\nTranscripts: {path.parent / 'transcripts.jsonl'}\nViewer: {path.parent / 'transcripts.html'}")
     if not verdict["valid"]:
         if not allow_fallbacks:
@@ -206,7 +208,7 @@ def report(
         Optional[Path], typer.Option("--png", help="Also draw the runs' learning curve into this PNG file (mean and each run).")
     ] = None,
     references: Annotated[
-        Optional[Path], typer.Option("--references", help="An eval folder or eval.json whose reference players (a game's optimal "
+        Optional[Path], typer.Option("--references", help="An eval folder or eval.json whose reference players (a game's optimal, informative "
                                      "and random) are drawn as lines on the curve.")
     ] = None,
     title: Annotated[str, typer.Option(help="The figure's title (with --png).")] = "",

@@ -8,7 +8,8 @@ Writes `eval.json` (config, aggregate with the reward-hacking monitor, per-scena
 results), `transcripts.jsonl` and `transcripts.html` (the viewer, with the need vector
 per turn). An environment with a `dialogue_summary` adds its figures (`summary.figures`),
 and one with `reference_players` gets them played on the same scenarios and settings
-(`summary.references`: e.g. the questioning game's optimal and random players).
+(`summary.references`: e.g. the questioning game's optimal, informative and random players),
+written after the policy's own results so a failure there never loses the rollout.
 """
 
 from __future__ import annotations
@@ -130,9 +131,9 @@ def env_options_for(spec: EvalSpec) -> dict[str, Any]:
 
 def run_eval(policy: Any, spec: EvalSpec, out_dir: str | Path, policy_label: str = "") -> Path:
     """Roll the policy out on every scenario (`spec.samples` each), score, and write
-    `eval.json`, `transcripts.jsonl` and `transcripts.html` into `out_dir`; returns eval.json."""
-    from mapo.report.html import render_transcripts
-
+    `eval.json`, `transcripts.jsonl` and `transcripts.html` into `out_dir`, then play the
+    environment's reference players and add them to eval.json; returns eval.json. A reference
+    player that cannot play is noted (`summary.references_error`), the policy's results kept."""
     if spec.scenarios_per_batch < 1:
         raise ValueError(f"scenarios_per_batch must be >= 1, got {spec.scenarios_per_batch}")
     if spec.limit is not None and spec.limit < 1:
@@ -149,21 +150,34 @@ def run_eval(policy: Any, spec: EvalSpec, out_dir: str | Path, policy_label: str
     figures = dialogue_summary(spec.env, transcripts)
     if figures is not None:
         summary["figures"] = figures
-    references = {
-        name: _reference_summary(name, spec, env_options, scenarios)
-        for name in reference_players(spec.env)
-        if name != policy_label
-    }
-    if references:
-        summary["references"] = references
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     config = {"policy": policy_label, **asdict(spec), "env_options": env_options,
               "engine_used": engine_used, "seconds": seconds}
     result = {"config": config, "summary": summary, "scenarios": per_scenario(dialogues), "provenance": provenance()}
     eval_path = out / "eval.json"
-    eval_path.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    # the policy's results first: whatever the reference players do next, the rollout is kept
+    _write_json(eval_path, result)
     write_jsonl(out / "transcripts.jsonl", transcripts)
+    _write_viewer(out, summary, transcripts, policy_label)
+    players = [name for name in reference_players(spec.env) if name != policy_label]
+    if players:
+        try:
+            summary["references"] = {name: _reference_summary(name, spec, env_options, scenarios) for name in players}
+        except ValueError as err:  # e.g. a case the players cannot read: the policy's results stand
+            summary["references_error"] = str(err)
+        _write_json(eval_path, result)
+    return eval_path
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _write_viewer(out: Path, summary: dict[str, Any], transcripts: list[dict[str, Any]], policy_label: str) -> None:
+    """transcripts.html, headed by the policy's pass rate, EPM-Q, alignment and hacking monitor."""
+    from mapo.report.html import render_transcripts
+
     headline = {
         "policy": policy_label,
         "pass": f"{summary['pass_count']} / {summary['dialogues']} ({100 * summary['pass_rate']:.1f}%)",
@@ -179,7 +193,6 @@ def run_eval(policy: Any, spec: EvalSpec, out_dir: str | Path, policy_label: str
     (out / "transcripts.html").write_text(
         render_transcripts(transcripts, f"mapo eval: {policy_label or out.name}", headline), encoding="utf-8"
     )
-    return eval_path
 
 
 def _play(

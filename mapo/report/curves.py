@@ -4,7 +4,8 @@ RUN [RUN ...] --png FILE`.
 A panel per metric, one thin line per run (a seed) and their mean in bold; an evaluation's
 reference players (`mapo eval` of a game writes them into eval.json's `summary.references`)
 are drawn as horizontal lines on the panels they have a figure for, so a curve is read
-against the limit (the optimal player) and against chance play (the random one).
+against the limit (the optimal player), any useful question (the informative one) and chance play
+(the random one).
 """
 
 from __future__ import annotations

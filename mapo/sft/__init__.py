@@ -6,4 +6,5 @@
     loss     token-mean cross-entropy over assistant tokens
     trainer  the loop, checkpoints, and the merged model it writes
     chain    `mapo train` with an `sft` section: SFT first, then RL from its output
+    demos    a questioning game's reference-player games as dialogues to train on (`mapo env demos`)
 """

@@ -18,7 +18,6 @@ The bundled sets live in `mapo/data/games/<name>.yaml` (twenty-questions, troubl
 
 from __future__ import annotations
 
-import functools
 import random
 from dataclasses import dataclass
 from importlib import resources
@@ -27,6 +26,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mapo.envs.questioning.parse import contains, parse_question, words
+from mapo.envs.questioning.table import Attribute, Table
 from mapo.types import Scenario
 from mapo.validation import read_yaml_model
 
@@ -70,40 +71,6 @@ class _CaseFile(_Strict):
 
 
 @dataclass(frozen=True)
-class Attribute:
-    key: str
-    question: str
-    phrases: tuple[tuple[str, ...], ...]  # each phrase as its words (mapo.envs.questioning.parse.words)
-
-
-@dataclass(frozen=True)
-class Table:
-    """One world of the game: candidates, attributes, and the truth `facts[candidate][attribute]`."""
-
-    name: str
-    subject: str
-    intro: str
-    split: str
-    attributes: tuple[Attribute, ...]
-    candidates: tuple[str, ...]
-    facts: dict[str, frozenset[str]]  # candidate -> the attribute keys true of it
-    candidate_split: dict[str, str]
-    fixes: dict[str, str]
-
-    def attribute(self, key: str) -> Attribute:
-        return next(a for a in self.attributes if a.key == key)
-
-    def answer(self, candidate: str, attribute: str) -> bool:
-        return attribute in self.facts[candidate]
-
-    def secrets(self, split: str) -> list[str]:
-        """The candidates that are secrets of `split`: a held-out table's are all test."""
-        if split == "all":
-            return list(self.candidates)
-        return [c for c in self.candidates if (self.split if self.split == "test" else self.candidate_split[c]) == split]
-
-
-@dataclass(frozen=True)
 class CaseSet:
     name: str
     path: Path
@@ -122,10 +89,30 @@ def bundled_case_file(name: str) -> Path:
     return Path(str(resources.files("mapo") / "data" / "games" / f"{name}.yaml"))
 
 
-@functools.lru_cache(maxsize=16)
+_loaded: dict[Path, CaseSet] = {}
+
+
 def load_case_set(path: str | Path) -> CaseSet:
-    """The case set in `path`, checked (see the module docstring); cached per path."""
+    """The case set in `path`, checked (see the module docstring); cached per path. Every case
+    set loaded is one the reference players know (`loaded_case_sets`): a game's environment loads
+    its scenario's case file at reset, before any player reads the opening message."""
     path = Path(path)
+    if path not in _loaded:
+        _loaded[path] = _read_case_set(path)
+    return _loaded[path]
+
+
+def loaded_case_sets() -> list[CaseSet]:
+    """The case sets this process has loaded, in loading order."""
+    return list(_loaded.values())
+
+
+def forget_case_sets() -> None:
+    """Drop the cache (a case file rewritten in place is read again)."""
+    _loaded.clear()
+
+
+def _read_case_set(path: Path) -> CaseSet:
     raw = read_yaml_model(path, _CaseFile, "case set", CaseError)
     names = [t.name for t in raw.tables]
     if len(set(names)) != len(names):
@@ -134,10 +121,8 @@ def load_case_set(path: str | Path) -> CaseSet:
 
 
 def _table(raw: _Table, where: str) -> Table:
-    from mapo.envs.questioning.parse import parse_question, words
-
     attributes = tuple(
-        Attribute(key, a.question, tuple(words(p) for p in a.phrases)) for key, a in raw.attributes.items()
+        Attribute(key, a.question, tuple(words(p) for p in a.phrases), _label(a)) for key, a in raw.attributes.items()
     )
     for key, a in raw.attributes.items():
         for phrase in a.phrases:
@@ -184,10 +169,14 @@ def _table(raw: _Table, where: str) -> Table:
     return table
 
 
+def _label(raw: _Attribute) -> str:
+    """The first phrase its question says (the load checks that one does), else the first phrase."""
+    said = words(raw.question)
+    return next((p for p in raw.phrases if contains(said, words(p))), raw.phrases[0])
+
+
 def _check_phrases(table: Table, where: str) -> None:
     """No phrase names two attributes, contains another attribute's phrase, or occurs in a candidate name."""
-    from mapo.envs.questioning.parse import contains
-
     owners = [(a.key, p) for a in table.attributes for p in a.phrases]
     for i, (key, phrase) in enumerate(owners):
         for other, other_phrase in owners[i + 1 :]:
@@ -197,8 +186,6 @@ def _check_phrases(table: Table, where: str) -> None:
                     f"{' '.join(phrase)!r} of attribute {key!r}"
                 )
         for name in table.candidates:
-            from mapo.envs.questioning.parse import words
-
             if contains(words(name), phrase) or contains(phrase, words(name)):
                 raise CaseError(
                     f"{where}.attributes.{key}.phrases: {' '.join(phrase)!r} overlaps the candidate name {name!r}"

@@ -42,8 +42,18 @@ a question would win, guessing on the last reply wins games a question would tim
 policy sees no difference between the two. RL learned to guess by candidates left alone (no
 trained policy guessed on its last reply more than a point more often than before it; docs/results.md).
 
+`show_table` (default off) puts the table in view: the opening lists, under the questions, what
+is true of each candidate of the pool (`horse: alive, animal, big, legs`; a fault: the checks
+that answer yes), and each reply of a game still going re-lists the candidates still possible
+with theirs (it stands in for `show_candidates`' line). Each attribute is named by the phrase
+its listed question says. The parser, the reward and the answers are unchanged: only what the
+user says differs. Without it the policy must know which things are alive or metal (world
+knowledge); with it, what is left is strategy: which question splits the candidates left,
+and when to guess (docs/games.md).
+
 Options: pool_size (default 8), max_turns, solve_bits (1.0), wrong_guesses_allowed (0), pool_seed (0),
-show_candidates (false), forfeit_on_failure (false), forfeit_on_timeout (false), show_turns_left (false).
+show_candidates (false), forfeit_on_failure (false), forfeit_on_timeout (false), show_turns_left (false),
+show_table (false).
 Scenarios (`env.scenarios`, `mapo eval --scenarios`): train | test | all of the bundled
 case set, or a case file `path.yaml` (all its secrets) or `path.yaml:train|test`.
 """
@@ -57,7 +67,6 @@ from mapo.envs.base import StepResult
 from mapo.envs.questioning.cases import (
     SPLITS,
     CaseError,
-    Table,
     bundled_case_file,
     case_scenarios,
     draw_pool,
@@ -66,6 +75,7 @@ from mapo.envs.questioning.cases import (
 from mapo.envs.questioning.game import GameState
 from mapo.envs.questioning.metrics import game_summary
 from mapo.envs.questioning.parse import parse_reply
+from mapo.envs.questioning.table import Table
 from mapo.types import Scenario
 
 TRANSCRIPT_KEYS = ("kind", "bits", "attribute", "guess", "reason", "candidates_left", "pool_size", "secret")
@@ -75,12 +85,20 @@ def default_max_turns(pool_size: int) -> int:
     return 2 * math.ceil(math.log2(pool_size)) + 1
 
 
-def opening_message(table: Table, pool: list[str], labels: tuple[str, str]) -> str:
-    """The pool and the askable questions, in the exact form the reference players read back."""
+def opening_message(table: Table, pool: list[str], labels: tuple[str, ...], show_table: bool = False) -> str:
+    """The pool and the askable questions, in the exact form the reference players read back;
+    with `show_table`, then what is true of each candidate (`labels[2]` heads it)."""
     lines = [table.intro] if table.intro else []
     lines.append(f"{labels[0]}: {', '.join(pool)}.")
     lines.append(f"{labels[1]}: {' '.join(a.question for a in table.attributes)}")
+    if show_table:
+        lines += [f"{labels[2]}:", *fact_lines(table, pool)]
     return "\n".join(lines)
+
+
+def fact_lines(table: Table, candidates: list[str]) -> list[str]:
+    """One line per candidate: its name and the labels of what is true of it ("-" for nothing)."""
+    return [f"{name}: {', '.join(table.true_of(name)) or '-'}" for name in candidates]
 
 
 def turns_left_note(replies: int) -> str:
@@ -92,20 +110,20 @@ class QuestioningEnvironment:
     """One game: the policy asks, the table answers (see the module docstring)."""
 
     case_set = "twenty-questions"
-    labels = ("Candidates", "Questions")
+    labels = ("Candidates", "Questions", "True of each (the rest is false)")
     system_prompt = (
         "We play twenty questions. I secretly picked one of the candidates. Ask one listed yes/no "
         "question per reply. When you know it, reply Guess: <name>. You have one guess."
     )
     transcript_keys = TRANSCRIPT_KEYS
-    reference_players = ("player:optimal", "player:random")
+    reference_players = ("player:optimal", "player:informative", "player:random")
     reply_limits = {"max_new_tokens": 32, "max_sentences": 1}  # one short question or guess per reply
     dialogue_summary = staticmethod(game_summary)
 
     def __init__(self, pool_size: int = 8, max_turns: int | None = None, solve_bits: float = 1.0,
                  wrong_guesses_allowed: int = 0, pool_seed: int = 0, show_candidates: bool = False,
                  forfeit_on_failure: bool = False, forfeit_on_timeout: bool = False,
-                 show_turns_left: bool = False) -> None:
+                 show_turns_left: bool = False, show_table: bool = False) -> None:
         if not isinstance(pool_size, int) or pool_size < 2:
             raise ValueError(f"{self.case_set}: pool_size must be an integer >= 2, got {pool_size!r}")
         if max_turns is not None and max_turns < 1:
@@ -115,7 +133,8 @@ class QuestioningEnvironment:
         if not isinstance(wrong_guesses_allowed, int) or wrong_guesses_allowed < 0:
             raise ValueError(f"{self.case_set}: wrong_guesses_allowed must be an integer >= 0, got {wrong_guesses_allowed!r}")
         for name, flag in (("show_candidates", show_candidates), ("forfeit_on_failure", forfeit_on_failure),
-                           ("forfeit_on_timeout", forfeit_on_timeout), ("show_turns_left", show_turns_left)):
+                           ("forfeit_on_timeout", forfeit_on_timeout), ("show_turns_left", show_turns_left),
+                           ("show_table", show_table)):
             if not isinstance(flag, bool):
                 raise ValueError(f"{self.case_set}: {name} must be true or false, got {flag!r}")
         # the endings whose rewards are taken back (the need returns to D_0)
@@ -126,6 +145,7 @@ class QuestioningEnvironment:
                 "You have one guess.", f"You have {wrong_guesses_allowed + 1} guesses.")
         self.show_candidates = show_candidates
         self.show_turns_left = show_turns_left
+        self.show_table = show_table
         self.pool_size = pool_size
         self.max_turns = max_turns or default_max_turns(pool_size)
         self.solve_bits = float(solve_bits)
@@ -177,7 +197,7 @@ class QuestioningEnvironment:
         self.game = GameState(table, secret, pool, self.solve_bits)
         self.turn = 0
         self.done_reason: str | None = None
-        opening = opening_message(table, pool, self.labels)
+        opening = opening_message(table, pool, self.labels, self.show_table)
         return f"{opening}\n{turns_left_note(self.max_turns)}" if self.show_turns_left else opening
 
     def step(self, response: str) -> StepResult:
@@ -214,10 +234,12 @@ class QuestioningEnvironment:
             "done_reason": self.done_reason,
         }
         reply = outcome.reply
-        if self.show_candidates and self.done_reason is None:
+        if self.show_table and self.done_reason is None:
+            reply += "\n".join([" Still possible:", *fact_lines(self.game.table, self.game.consistent())])
+        elif self.show_candidates and self.done_reason is None:
             reply += f" Still possible: {', '.join(self.game.consistent())}."
-        if self.show_turns_left and self.done_reason is None:
-            reply += f" {turns_left_note(self.max_turns - self.turn)}"
+        if self.show_turns_left and self.done_reason is None:  # on a line of its own below a table
+            reply += ("\n" if self.show_table else " ") + turns_left_note(self.max_turns - self.turn)
         return StepResult(reply, (before - distance,), self.done_reason is not None, info)
 
     @property
@@ -236,7 +258,7 @@ class TroubleshootingEnvironment(QuestioningEnvironment):
     (mapo/data/games/troubleshooting.yaml); the right guess's reply gives the fix."""
 
     case_set = "troubleshooting"
-    labels = ("Possible faults", "Checks")
+    labels = ("Possible faults", "Checks", "Checks that answer yes for each fault (the rest answer no)")
     system_prompt = (
         "You are a support agent. The customer's device has one of the possible faults. Ask one "
         "listed yes/no check per reply. When you know it, reply Guess: <fault>. You have one guess."

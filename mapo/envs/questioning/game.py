@@ -26,7 +26,7 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from mapo.envs.questioning.cases import Table
+from mapo.envs.questioning.table import Table
 from mapo.envs.questioning.parse import INVALID_REASONS, Move
 
 KINDS = ("question", "repeat", "invalid", "guess_right", "guess_wrong")

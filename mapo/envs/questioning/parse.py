@@ -1,6 +1,7 @@
 """The exact mapping from a reply to a move of the questioning game.
 
-A reply is read as its words: lower case, "n't" spelled "not", runs of letters and digits.
+A reply is read as its words: lower case, any apostrophe (' ’ ʼ ` ´) read as ', "n't" spelled
+"not", runs of letters and digits (so "non-living" is the words "non living").
 A phrase (or a candidate name) occurs in a reply when its words occur there consecutively.
 
 - A reply starting with `Guess:` is a guess. The rest (an optional "a"/"an"/"the" first,
@@ -10,8 +11,12 @@ A phrase (or a candidate name) occurs in a reply when its words occur there cons
   attribute it names:
   1. it holds exactly one "?" and ends with it, closing quotes or brackets aside (several
      questions, and a reply cut mid-question, are invalid);
-  2. no negation (not, no, never, nor, neither, none, nothing, without): the answer to
-     "Is it not alive?" would be ambiguous;
+  2. no negation: a word of NEGATIONS (not, no, never, nor, neither, none, nothing, without,
+     cannot, a contraction written without its apostrophe such as "isnt", the prefixes "non-"
+     and "un-" written with a hyphen, lack/lacks/lacking, opposite, except) or a phrase of
+     NEGATION_PHRASES (anything but, free of, other than, instead of): the answer to "Is it not
+     alive?" would be ambiguous. A prefix written into the word ("unliving") is no phrase of
+     any attribute, so such a question names none and is refused as off the list;
   3. no candidate's name ("Is it a cup or a fork?" is neither a question nor a guess);
   4. it names exactly one attribute, by any of that attribute's phrases ("Is it red and
      round?" names two; "What is it?" names none).
@@ -25,12 +30,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-if TYPE_CHECKING:
-    from mapo.envs.questioning.cases import Table
+from mapo.envs.questioning.table import Table
 
-NEGATIONS = frozenset({"not", "no", "never", "nor", "neither", "none", "nothing", "without"})
+_CONTRACTIONS = ("isnt", "arent", "wasnt", "werent", "doesnt", "dont", "didnt", "cant", "couldnt", "wont", "wouldnt",
+                 "shouldnt", "hasnt", "havent", "hadnt", "aint", "mustnt", "neednt", "mightnt", "shant")
+NEGATIONS = frozenset({"not", "no", "never", "nor", "neither", "none", "nothing", "without", "cannot", "non", "un",
+                       "lack", "lacks", "lacked", "lacking", "opposite", "except", *_CONTRACTIONS})
+NEGATION_PHRASES = (("anything", "but"), ("free", "of"), ("other", "than"), ("instead", "of"))
+_APOSTROPHES = str.maketrans({c: "'" for c in "\u2018\u2019\u02bc`\u00b4\u2032"})
 ARTICLES = frozenset({"a", "an", "the"})
 _GUESS = re.compile(r"^guess\s*:(.*)$", re.IGNORECASE | re.DOTALL)
 
@@ -57,7 +66,7 @@ class Move:
 
 
 def words(text: str) -> tuple[str, ...]:
-    text = text.lower().replace("\u2019", "'").replace("n't", " not")
+    text = text.lower().translate(_APOSTROPHES).replace("n't", " not")
     return tuple(re.findall(r"[a-z0-9]+", text))
 
 
@@ -95,7 +104,7 @@ def parse_question(text: str, table: Table) -> Move:
     if text.count("?") != 1 or not text.endswith("?"):
         return Move("invalid", reason="not_one_question" if text else "empty")
     said = words(text)
-    if NEGATIONS.intersection(said):
+    if NEGATIONS.intersection(said) or any(contains(said, phrase) for phrase in NEGATION_PHRASES):
         return Move("invalid", reason="negation")
     if any(contains(said, words(name)) for name in table.candidates):
         return Move("invalid", reason="names_candidate")

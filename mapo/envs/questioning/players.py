@@ -2,19 +2,22 @@
 
 A player is a text-only policy (mapo.rollout.ChatPolicy): it gets each dialogue as chat
 messages and returns a reply, so it goes through the same rollout as a model. It reads
-only the conversation: the opening message gives the pool and the askable questions
-(which identify the bundled table, its world knowledge), and each earlier reply with the
-user's answer is replayed with the game's own parser (parse.py) to know what is still
-consistent. It never sees the secret.
+only the conversation: the opening message gives the pool and the askable questions, which
+identify the table (its world knowledge) among the bundled case sets and every case file this
+process has loaded (a game loads its scenario's case file at reset, so a user's own file is
+known before its first opening is read); each earlier reply with the user's answer is replayed
+with the game's own parser (parse.py) to know what is still consistent. It never sees the secret.
 
 - optimal: the unasked attribute that splits the consistent candidates most evenly
-  (ties: the table's order); `Guess: <name>` once one candidate is left.
-- random: a uniformly random unasked attribute (whether or not it splits anything);
-  `Guess: <name>` once one candidate is left. Random draws come from one generator
-  seeded at construction and consumed in call order, so a run is reproducible.
+  (ties: the table's order);
+- informative: a uniformly random attribute among those whose answer still splits the
+  consistent candidates (any question that teaches something, none that cannot);
+- random: a uniformly random unasked attribute (whether or not it splits anything).
 
-Both name the first consistent candidate when the game says one reply is left
-(`show_turns_left`): a guess among n wins 1 / n of those games, a question none.
+Each names the candidate once one is left. Random draws come from one generator seeded at
+construction and consumed in call order, so a run is reproducible. All three name the first
+consistent candidate when the game says one reply is left (`show_turns_left`): a guess among
+n wins 1 / n of those games, a question none.
 """
 
 from __future__ import annotations
@@ -22,36 +25,52 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from mapo.envs.questioning.cases import BUNDLED, Table, bundled_case_file, load_case_set
+from mapo.envs.questioning.cases import BUNDLED, bundled_case_file, load_case_set, loaded_case_sets
 from mapo.envs.questioning.env import turns_left_note
 from mapo.envs.questioning.game import consistent
 from mapo.envs.questioning.parse import parse_reply
+from mapo.envs.questioning.table import Table
 
 PLAYER_PREFIX = "player:"
-PLAYERS = ("optimal", "random")
+PLAYERS = ("optimal", "informative", "random")
 
 Conversation = list[dict[str, str]]
 
 
-def _bundled_tables() -> list[Table]:
-    return [t for name in BUNDLED for t in load_case_set(bundled_case_file(name)).tables]
+def known_tables() -> list[Table]:
+    """The tables of the case files this process has loaded (a user's own first), then the bundled ones."""
+    bundled = [load_case_set(bundled_case_file(name)) for name in BUNDLED]
+    own = [case_set for case_set in loaded_case_sets() if case_set.path not in {b.path for b in bundled}]
+    return [t for case_set in own + bundled for t in case_set.tables]
 
 
 def read_opening(opening: str, tables: Sequence[Table]) -> tuple[Table, list[str]]:
-    """(table, pool) from the game's opening message (env.opening_message)."""
+    """(table, pool) from the game's opening message (env.opening_message): the first table whose
+    questions and candidates it lists; refused when two such tables disagree about the pool."""
     lines = opening.splitlines()
+    found: list[tuple[Table, list[str]]] = []
     for table in tables:
         questions = " ".join(a.question for a in table.attributes)
         for k, line in enumerate(lines):
             if k > 0 and line.endswith(questions):
                 pool = lines[k - 1].partition(": ")[2].removesuffix(".").split(", ")
                 if pool and all(name in table.facts for name in pool):
-                    return table, pool
-    raise ValueError(f"the opening message is not a bundled questioning game's: {opening[:120]!r}")
+                    found.append((table, pool))
+                    break
+    if not found:
+        raise ValueError(f"the opening message is not that of a known questioning game (the bundled case sets and "
+                         f"the case files loaded: the scenarios' own): {opening[:120]!r}")
+    table, pool = found[0]
+    for other, _ in found[1:]:
+        if any(other.facts[c] != table.facts[c] for c in pool):
+            raise ValueError(f"the opening message lists the questions and candidates of two tables that disagree "
+                             f"about them ({table.name!r} and {other.name!r}); give the candidates or questions "
+                             "of one of them other names")
+    return table, pool
 
 
 class Player:
-    """A reference player (see the module docstring); `kind` is optimal or random."""
+    """A reference player (see the module docstring); `kind` is optimal, informative or random."""
 
     def __init__(self, kind: str, seed: int = 0) -> None:
         if kind not in PLAYERS:
@@ -59,7 +78,6 @@ class Player:
         self.kind = kind
         self.name = f"{PLAYER_PREFIX}{kind}"
         self.rng = random.Random(seed)
-        self.tables = _bundled_tables()
 
     def chat_replies(self, conversations: list[Conversation], max_new_tokens: int = 0, temperature: float = 0.0,
                      top_p: float = 1.0) -> list[str]:
@@ -69,7 +87,7 @@ class Player:
         said = [m for m in conversation if m["role"] != "system"]
         if not said or said[0]["role"] != "user":
             raise ValueError("a game conversation starts with the user's opening message")
-        table, pool = read_opening(said[0]["content"], self.tables)
+        table, pool = read_opening(said[0]["content"], known_tables())
         answers: dict[str, bool] = {}
         wrong: set[str] = set()
         for mine, theirs in zip(said[1::2], said[2::2]):
@@ -91,6 +109,9 @@ class Player:
             yes = sum(table.answer(c, key) for c in left)
             return abs(2 * yes - len(left))
 
+        splitting = [a for a in unasked if imbalance(a.key) < len(left)]
+        if self.kind == "informative" and splitting:  # two candidates left differ on an unasked attribute
+            return self.rng.choice(splitting).question
         return min(unasked, key=lambda a: imbalance(a.key)).question
 
 

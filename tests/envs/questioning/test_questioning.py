@@ -11,15 +11,16 @@ import pytest
 from typer.testing import CliRunner
 
 from cli_output import flat
+from game_play import play
 from mapo.cli import app
 from mapo.config import load_config
 from mapo.envs.base import load_scenarios, make_environment
-from mapo.envs.questioning.cases import CaseError, bundled_case_file, load_case_set
-from mapo.envs.questioning.demos import write_demos
+from mapo.envs.questioning.cases import CaseError, bundled_case_file, forget_case_sets, load_case_set
 from mapo.envs.questioning.parse import parse_reply
 from mapo.envs.questioning.players import Player
 from mapo.evaluate.runner import EvalSpec, run_eval
 from mapo.rewards import rewards_from_distances
+from mapo.sft.demos import write_demos
 
 TQ = "twenty-questions"
 TS = "troubleshooting"
@@ -27,27 +28,6 @@ TS = "troubleshooting"
 
 def things():
     return load_case_set(bundled_case_file(TQ)).table("things")
-
-
-def play(env_name, scenario, replies, **options):
-    """Feed `replies` (a list, or a callable conversation -> reply) until the game ends; returns
-    (infos, distances D_0..D_T, conversation)."""
-    env = make_environment(env_name, **options)
-    opening = env.reset(scenario)
-    conversation = [{"role": "system", "content": env.system_prompt}, {"role": "user", "content": opening}]
-    distances = [-env.initial_state[0]]
-    infos = []
-    for t in range(1000):
-        reply = replies(conversation) if callable(replies) else replies[t % len(replies)]
-        result = env.step(reply)
-        infos.append(result.info)
-        distances.append(result.info["distance"])
-        assert result.action == pytest.approx((distances[-2] - distances[-1],))
-        assert result.info["state"] == pytest.approx((-distances[-1],))
-        conversation += [{"role": "assistant", "content": reply}, {"role": "user", "content": result.user_message}]
-        if result.done:
-            return infos, distances, conversation
-    raise AssertionError("the game never ended")
 
 
 def idr_return(distances):
@@ -84,7 +64,7 @@ def _case_file(tmp_path, candidates, attributes=None):
     path = tmp_path / "cases.yaml"
     path.write_text(json.dumps({"name": "mine", "tables": [{"name": "t", "subject": "thing", "attributes": attributes,
                                                             "candidates": candidates}]}))
-    load_case_set.cache_clear()
+    forget_case_sets()
     return path
 
 
@@ -143,6 +123,19 @@ def test_a_scenario_fixes_its_pool_for_every_dialogue():
         ("Is it alive? Does it", "invalid", "not_one_question"),  # cut mid-way through a second one
         ("Isn't it alive?", "invalid", "negation"),
         ("Is it not made of metal?", "invalid", "negation"),
+        ("Isnt it alive?", "invalid", "negation"),  # a contraction without its apostrophe
+        ("Isn`t it alive?", "invalid", "negation"),  # a backtick for the apostrophe
+        ("Isn\u02bct it alive?", "invalid", "negation"),  # U+02BC, the modifier letter apostrophe
+        ("Isn\u2019t it alive?", "invalid", "negation"),
+        ("Is it non-living?", "invalid", "negation"),
+        ("Is it un-alive?", "invalid", "negation"),
+        ("Is it anything but alive?", "invalid", "negation"),
+        ("Is it the opposite of alive?", "invalid", "negation"),
+        ("Is it lacking anything alive?", "invalid", "negation"),
+        ("Is it free of metal?", "invalid", "negation"),
+        ("Is it something other than alive?", "invalid", "negation"),
+        ("Cannot you eat it?", "invalid", "negation"),
+        ("Is it unliving?", "invalid", "off_list"),  # a prefix written into the word names no phrase
         ("What is it?", "invalid", "off_list"),
         ("?", "invalid", "off_list"),
         ("", "invalid", "empty"),
@@ -268,7 +261,7 @@ def test_eval_by_name_reports_figures_beside_both_players(tmp_path):
     spec = EvalSpec(env=TQ, scenarios="test", limit=6, samples=2, max_new_tokens=32, max_sentences=1)
     result = json.loads(run_eval(Player("random", seed=3), spec, tmp_path / "eval", "player:random").read_text())
     summary = result["summary"]
-    assert set(summary["references"]) == {"player:optimal"}  # the evaluated player is not repeated
+    assert set(summary["references"]) == {"player:optimal", "player:informative"}  # the evaluated player is not repeated
     optimal = summary["references"]["player:optimal"]["figures"]
     assert optimal["success_rate"] == 1.0 and optimal["invalid_rate"] == 0.0
     assert optimal["bits_mean"] == pytest.approx(3.0)  # log2(8) per game; per question about 1 (realised, not expected)
@@ -282,6 +275,7 @@ def test_eval_by_name_reports_figures_beside_both_players(tmp_path):
     assert cli.exit_code == 0, cli.output
     text = flat(cli.output)
     assert "player:optimal: success rate 100.0%" in text and "player:random: success rate" in text
+    assert "player:informative: success rate" in text
     config = json.loads((out / "eval.json").read_text())["config"]
     assert config["max_new_tokens"] == 32 and config["max_sentences"] == 1  # the game's reply limits
 

@@ -1,4 +1,6 @@
-"""A reference player's games as supervised fine-tuning data (`mapo env demos`).
+"""A questioning game's reference-player games as supervised fine-tuning data (`mapo env demos`).
+
+It lives with SFT, above the rollout it drives: the environment does not import what plays it.
 
 The games are played through `mapo.rollout.rollout`, the rollout RL uses, so every system
 prompt and user message is exactly what a policy would see there. One JSON line per game:
@@ -56,7 +58,8 @@ def write_demos(
     seed: int = 0,
     solved_only: bool = False,
 ) -> dict[str, Any]:
-    """Play `games` games of `player` ("optimal" | "random") on `split` and write them to `out`
+    """Play `games` games of `player` ("optimal" | "informative" | "random") on `split` (a bundled
+    split or a case file, `path.yaml[:split]`) and write them to `out`
     (JSONL); returns counts: games written, solved, skipped (unsolved, with `solved_only`)."""
     if games < 1:
         raise ValueError(f"--games must be at least 1, got {games}")

@@ -1,0 +1,65 @@
+"""The study of the game with the table in view (issue 56 item 6), registered through the
+plug-in path (mapo.registry: a `package.module:factory` name), so the library keeps no dated plan:
+
+    bash experiments/game_table/build_warm_start.sh runs/game-table-warm     # the weak warm start
+    mapo ablate --plan experiments.game_table.plan:table_tight_plan \
+        --set policy.model=runs/game-table-warm/sft/final --output runs/game-table-tight
+    mapo ablate --plan experiments.game_table.plan:table_long_plan ...       # pool 32, 7 replies
+
+Both plans: MAPO, GRPO and `mapo_ragged` on IDR at learning rate 2e-4, paired by seed (5 seeds),
+with the table and the replies left shown and a lost or timed-out game forfeited (only a solve
+keeps its bits). The tight budget (pool 8, 5 replies) is where the reference players separate
+(docs/games.md: random 43 %, informative 82 %, optimal 99 % on the test secrets); the long one
+(pool 32, 7 replies) is the longer horizon where turn-level credit should matter most. The policy
+chooses when the game ends (it guesses), the case where MAPO's normalisation by turn index can
+carry a length bias: `mapo_ragged` against MAPO decides whether the T_min cut or the ragged form
+is better there. The warm start is built at the tight setting; the long plan starts from it too
+(the format and the table's reading carry over; the pool and budget are new to it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mapo.ablate.plan import AblationPlan, CurveBudget, EvalBudget
+
+VARIANTS = ["mapo-idr-lr2e-4", "grpo-idr-lr2e-4", "mapo_ragged-idr-lr2e-4"]
+SEEDS = [0, 1, 2, 3, 4]
+WARM_START = "runs/game-table-warm/sft/final"  # build_warm_start.sh's model
+
+
+def table_options(pool_size: int, replies: int) -> dict[str, Any]:
+    """The game's options at one setting: the table and the budget shown, losses forfeited."""
+    return {"pool_size": pool_size, "max_turns": replies, "show_table": True, "show_turns_left": True,
+            "forfeit_on_failure": True, "forfeit_on_timeout": True}
+
+
+def _plan(name: str, pool_size: int, replies: int, steps: int) -> AblationPlan:
+    options = table_options(pool_size, replies)
+    flow = ", ".join(f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in options.items())
+    train = [
+        "env.name=twenty-questions",
+        f"env.options={{{flow}}}",
+        "rollout.scenarios_per_step=2",
+        "rollout.samples_per_scenario=8",
+        f"rollout.max_turns={replies}",
+        "rollout.max_new_tokens=24",
+        "rollout.max_sentences=1",
+        "checkpoint_every=5",
+        "transcripts_every=5",
+        f"policy.model={WARM_START}",
+    ]
+    evaluation = EvalBudget(env="twenty-questions", env_options=options, scenarios="test", samples=8,
+                            max_turns=replies, max_new_tokens=24, max_sentences=1)
+    return AblationPlan(variants=list(VARIANTS), seeds=list(SEEDS), steps=steps, train=train, eval=evaluation,
+                        curve=CurveBudget(every=5, samples=2), name=name)
+
+
+def table_tight_plan() -> AblationPlan:
+    """Pool 8, 5 replies: MAPO, GRPO, mapo_ragged, 5 seeds, 40 steps."""
+    return _plan("game-table-tight", 8, 5, steps=40)
+
+
+def table_long_plan() -> AblationPlan:
+    """Pool 32, 7 replies: the same grid at the longer horizon."""
+    return _plan("game-table-long", 32, 7, steps=40)
