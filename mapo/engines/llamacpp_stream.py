@@ -14,22 +14,34 @@ from __future__ import annotations
 
 import select
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from mapo.engines.base import EngineError, Sample
-from mapo.engines.worker_process import WorkerDied
-
-if TYPE_CHECKING:
-    from mapo.engines.llamacpp import LlamaCppEngine
+from mapo.engines.worker_process import WorkerDied, WorkerProcess
 
 Key = tuple[int, ...]
 T = TypeVar("T")
 
 
+class StreamingEngine(Protocol):
+    """What a stream needs of its engine (mapo.engines.llamacpp.LlamaCppEngine): the worker, its
+    reply check, one restart, and the statistics the replies add to."""
+
+    worker: WorkerProcess
+    closed: bool
+    stats: Any
+
+    def check_reply(self, op: str, reply: dict[str, Any]) -> None: ...
+
+    def restart(self, why: WorkerDied) -> None: ...
+
+    def died_again(self, why: WorkerDied) -> EngineError: ...
+
+
 class ReplyStream:
     """An open `stream` request; `add` contexts, `take` finished replies, `finish` when done."""
 
-    def __init__(self, engine: LlamaCppEngine, rules: dict[str, Any]) -> None:
+    def __init__(self, engine: StreamingEngine, rules: dict[str, Any]) -> None:
         self.engine, self.rules = engine, rules
         self.pending: dict[Key, list[int]] = {}  # added, reply not yet taken
         self.restarted = False
