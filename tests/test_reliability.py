@@ -368,10 +368,13 @@ class _CtrlCInTurn(ToyEnvironment):
         return super().step(response)
 
 
-def test_ctrl_c_during_a_rollout_ends_it_at_the_turn_and_saves_the_last_step(tmp_path):
-    """Ctrl-C arriving while the main thread waits on the environment pool: the turn's judgements
-    all finish, the rollout stops there (no next turn), and the run stops at step 1's checkpoint.
-    An exception raised by the signal handler would instead land inside the pool's wait."""
+@pytest.mark.parametrize("continuous", [False, True])
+def test_ctrl_c_during_a_rollout_ends_it_at_the_turn_and_saves_the_last_step(tmp_path, continuous):
+    """Ctrl-C arriving while the main thread waits on the environment pool: in waves the turn's
+    judgements all finish and the rollout stops there (no next turn); streaming (each dialogue at its
+    own pace) it stops at the next judgement that comes back, before step 2 ends. Either way the run
+    stops at step 1's checkpoint. An exception raised by the signal handler would instead land
+    inside the pool's wait."""
     from mapo.envs.base import ENVIRONMENTS, register_environment
     from mapo.reliability import TrainingInterrupted
 
@@ -379,11 +382,15 @@ def test_ctrl_c_during_a_rollout_ends_it_at_the_turn_and_saves_the_last_step(tmp
         register_environment("ctrl-c-test")(_CtrlCInTurn)
     dialogues, turns = 4, 2  # TINY: 2 scenarios x 2 samples, 2 turns each
     _CtrlCInTurn.calls, _CtrlCInTurn.at_call = 0, dialogues * turns + 2  # step 2, turn 1, second dialogue
-    config = load_config(None, [*CRASH, "env.name=ctrl-c-test", "rollout.env_workers=1", "checkpoint_every=1"])
+    config = load_config(None, [*CRASH, "env.name=ctrl-c-test", "rollout.env_workers=1", "checkpoint_every=1",
+                                f"rollout.continuous={str(continuous).lower()}"])
     with pytest.raises(TrainingInterrupted) as stopped:
         train(config, output=tmp_path / "run", show_progress=False)
     assert stopped.value.step == 1
-    assert _CtrlCInTurn.calls == dialogues * turns + dialogues  # step 2's first turn complete, nothing after it
+    if continuous:  # how many judgements were already under way depends on the dialogues' pace
+        assert dialogues * turns + 2 <= _CtrlCInTurn.calls < 2 * dialogues * turns  # step 2 never finished
+    else:
+        assert _CtrlCInTurn.calls == dialogues * turns + dialogues  # step 2's first turn complete, nothing after it
     run = RunFolder(tmp_path / "run")
     assert [m["step"] for m in run.read_metrics()] == [1]
     assert run.latest_checkpoint().name == "step-000001"
