@@ -116,13 +116,21 @@ How the assistant's last reply landed: {landing}
 What to do in this message: {instruction}
 
 Rules: write only your next message, one to three short sentences, plain text, no
-name label, no quotation marks, no stage directions. Say something new: do not
-repeat anything you have already said, in particular none of these lines:
+name label, no quotation marks, no stage directions. The notes above describe you
+from outside: say what you would say, never the notes themselves, never what you
+are doing or about to say ("Let me tell you about ...", "and I ask ...", "*sighs*",
+"(pauses)"). Say something new: do not repeat anything you have already said, in
+particular none of these lines:
 {own_lines}"""
 
 ACTOR_RETRY = (
     "That repeats something you already said. Write a different message that moves the conversation on. "
     "Only the message."
+)
+
+ACTOR_NARRATION_RETRY = (
+    "That describes what you do or plan to say instead of saying it. Write the message itself, as you would say it "
+    "out loud, with no actions and no notes about yourself. Only the message."
 )
 
 ACTOR_INSTRUCTIONS = {
