@@ -113,16 +113,16 @@ class OfflineJudge:
         info: dict[str, Any] = {"features": _summary(f)}
         found = repeated_moves(f.sentences, context.own_turns)
         if found:
-            levels, evidence = _without_repeats(context, response, f, found, levels, evidence)
+            levels, evidence = _without_repeats(context, f, found, levels, evidence)
             info["repeats"] = [r.evidence() for r in found]
         return Judgement(levels=levels, evidence=evidence, info=info)
 
 
 def _without_repeats(
-    context: JudgeContext, response: str, f: Features, found: list[Repeat], levels: dict[str, int], evidence: dict[str, str]
+    context: JudgeContext, f: Features, found: list[Repeat], levels: dict[str, int], evidence: dict[str, str]
 ) -> tuple[dict[str, int], dict[str, str]]:
-    """Progress only for what the reply says that is new (`repeats`); its negative levels stand, and a
-    reply with nothing new that earns is the same routine again (A_neg -1)."""
+    """Progress only for what the reply says that is new (`found` are its repeats); its negative
+    levels stand, and a reply whose new part earns nothing is the same routine again (A_neg -1)."""
     fresh = fresh_text(f.sentences, found)
     if fresh.strip():
         new_levels, new_evidence = levels_from_features(extract_features(context, fresh), context.deepest_axis)
