@@ -21,10 +21,10 @@ _ACTION_VERBS = (
     r"nod|sigh|smile|laugh|chuckle|pause|take|look|shrug|lean|hold|reach|hug|squeeze|sit|wait|listen|offer|place|put"
     r"|touch|pat|rest|tilt|soften|breathe|gaze|grin|frown|wipe|hand|extend|open|close|stay|embrace|settle"
 )
-_ASIDE = re.compile(
-    r"\*{1,2}([^*\n]{2,80})\*{1,2}|_([^_\n]{2,80})_|\(([^()\n]{2,80})\)|\[([^\[\]\n]{2,80})\]"
-)
+_MARKED = re.compile(r"\*{1,2}([^*\n]{2,80})\*{1,2}|_([^_\n]{2,80})_")  # *nods*: any form of the verb
+_BRACKETED = re.compile(r"\(([^()\n]{2,80})\)|\[([^\[\]\n]{2,80})\]")  # (takes your hand), not (take your time)
 _ACTION = re.compile(rf"\b(?:{_ACTION_VERBS})(?:s|es|ed|ing)?\b", re.IGNORECASE)
+_NARRATED_ACTION = re.compile(rf"\b(?:{_ACTION_VERBS})(?:s|es|ing)\b", re.IGNORECASE)
 
 # What only a card's narrator says: the report turned into a lead-in, a reporting verb in the
 # bare form after "and"/"then" (an instruction to oneself), a participle tail, manner words.
@@ -55,10 +55,11 @@ _NARRATED_ACT = re.compile(
 
 def acted(text: str) -> str | None:
     """An action written out in asterisks, underscores or brackets ("*nods slowly*")."""
-    for m in _ASIDE.finditer(text):
-        inside = next(g for g in m.groups() if g)
-        if _ACTION.search(inside):
-            return f"acts instead of speaking: {m.group(0)[:60]}"
+    for pattern, verb in ((_MARKED, _ACTION), (_BRACKETED, _NARRATED_ACTION)):
+        for m in pattern.finditer(text):
+            inside = next(g for g in m.groups() if g)
+            if verb.search(inside):
+                return f"acts instead of speaking: {m.group(0)[:60]}"
     return None
 
 

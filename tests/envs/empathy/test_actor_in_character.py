@@ -112,6 +112,7 @@ def test_acted_empathy_is_an_aside_with_an_action_in_it():
     assert acted("*nods slowly* That sounds hard.") and acted("(takes your hand) I'm here.")
     assert acted("[pauses] Take your time.") and acted("_leans in_ Go on.")
     assert acted("The review (in six weeks) matters.") is None and acted("It's *really* hard.") is None
+    assert acted("Breathe (take your time) and tell me.") is None  # said to them, not narrated
 
 
 def test_every_note_of_every_card_is_said_in_the_persons_voice():
