@@ -369,3 +369,22 @@ def test_an_adapter_folder_names_a_base_that_loads_or_the_error_says_which(tmp_p
     (adapter / "adapter_config.json").write_text("{not json")
     with pytest.raises(ModelSourceError, match="not a readable adapter config"):
         resolve_source(PolicySpec(model=str(adapter)))
+
+
+def test_two_builds_with_one_seed_give_the_same_weights_and_losses(tmp_path):
+    """Issue 59: `mapo sft` twice from the same data, command and seed gives the same bits (losses and
+    merged weights); another seed gives other ones. `policy.dtype: auto` on a CPU is float32 for SFT,
+    so no start-up timing decides the arithmetic, and sft.json says what was chosen."""
+    def build(name, seed):
+        run = run_sft(load_config(None, [*TINY, f"seed={seed}"]), output=tmp_path / name, show_progress=False)
+        rows = [{k: v for k, v in m.items() if k not in _RUNTIME} for m in RunFolder(run).read_metrics()]
+        weights = load_policy(PolicySpec(model=str(run / "final"), lora=LoraSpec(enabled=False))).model.state_dict()
+        return rows, weights, json.loads((run / "sft.json").read_text())
+
+    first, second, other = build("a", 3), build("b", 3), build("c", 4)
+    assert first[0] == second[0] and len(first[0]) == 7
+    assert all(torch.equal(first[1][k], second[1][k]) for k in first[1])
+    assert first[0] != other[0] and not all(torch.equal(first[1][k], other[1][k]) for k in first[1])
+    summary = first[2]
+    assert (summary["seed"], summary["threads"], summary["policy_dtype"]) == (3, 1, "float32")
+    assert "auto on a CPU" in summary["why"]

@@ -9,7 +9,9 @@ with LoRA `adapter/`, the same model as a few MB of adapter on the base (also a 
 the warm start to commit, since SFT on a CPU is not bit-for-bit the same on another machine).
 
 Batches are drawn from a permutation seeded by (seed, epoch) and every step reseeds
-torch from (seed, step), so a resumed run continues exactly as the uninterrupted one.
+torch from (seed, step), so a resumed run continues exactly as the uninterrupted one, and
+`policy.dtype: auto` on a CPU is float32 (mapo.sft.machine), so two builds with one seed and
+thread count on one machine give the same weights.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from mapo.run_folder import RunFolder, open_run, write_folder
 from mapo.runtime import configure_threads, read_trainer_state, seed_everything, step_seed, write_trainer_state
 from mapo.sft.data import train_and_held_out
 from mapo.sft.loss import held_out_loss, summed_nll
+from mapo.sft.machine import machine_choices
 from mapo.sft.outputs import ADAPTER_DIR, FINAL, SFT_MARKER
 from mapo.sft.tokens import training_sequence
 from mapo.tracking import Tracking, check_installed
@@ -79,6 +82,7 @@ class SftTrainer:
     """The policy, optimizer and rendered dialogues of one SFT run (the config's `policy` and `sft` sections)."""
 
     def __init__(self, config: TrainConfig) -> None:
+        config, machine = machine_choices(config)  # no start-up timing decides the arithmetic
         self.config, self.spec = config, config.sft
         spec = self.spec
         self.threads = configure_threads(config.threads)
@@ -106,6 +110,9 @@ class SftTrainer:
             "train_trained_tokens": sum(s.n_trained for s in self.train_sequences),
             "dropped_turns": dropped,
             "held_out_ids": [e.id for e in held],
+            "seed": config.seed,
+            "threads": self.threads,
+            **machine,
         }
         self.optim = OptimSpec(
             lr=spec.lr, weight_decay=spec.weight_decay, max_grad_norm=spec.max_grad_norm,

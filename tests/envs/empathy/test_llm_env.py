@@ -17,6 +17,7 @@ import pytest
 from mapo.envs.dynamics import DynamicsConfig, NeedState
 from mapo.envs.empathy.cards import bundled_scenario_dir, load_card
 from mapo.envs.empathy.llm import LLMActor, LLMDirector, LLMJudge, make_llm_role
+from mapo.envs.empathy.llm.prompts import FALLBACK_LINES
 from mapo.envs.empathy.roles import NEUTRAL_LEVELS, Direction
 
 CARD_FILE = bundled_scenario_dir() / "train" / "career-priya-credit-taken.yaml"
@@ -205,8 +206,24 @@ def test_actor_asks_again_on_a_repeat_then_uses_an_unused_line(card, history, st
     with caplog.at_level(logging.WARNING):
         text = actor.reply(card, dialogue, state, Direction())
     assert text == "Sorry, my head is all over the place today."  # the first fixed line not yet said
-    assert actor.counters == {"calls": 1, "repaired": 0, "fallbacks": 1, "repeat_retries": 1, "empty_retries": 0}
+    assert actor.counters == {
+        "calls": 1, "repaired": 0, "fallbacks": 1, "repeat_retries": 1, "empty_retries": 0, "narration_retries": 0
+    }
     assert "fixed line" in caplog.text
+
+
+def test_actor_asks_again_when_it_narrates_instead_of_speaking(card, history, state):
+    """Issue 59: a line that reads out its notes or acts ("Let me tell you about ...", "*sighs*")
+    is sent back once with the reason; the message itself is kept."""
+    dialogue = history + [{"role": "assistant", "content": RESPONSE}]
+    actor = LLMActor(Scripted("Let me tell you about the all-hands, and ask what I missed.", "He presented my flow as his."))
+    actor.reset(card, seed=1)
+    assert actor.reply(card, dialogue, state, Direction()) == "He presented my flow as his."
+    assert "instead of saying it" in actor.backend.sent[1][0][-1]["content"]
+    assert actor.counters["narration_retries"] == 1 and actor.counters["fallbacks"] == 0
+    actor = LLMActor(Scripted("*sighs* It was the third time.", "(pauses) The third time."))
+    assert actor.reply(card, dialogue, state, Direction()) in FALLBACK_LINES
+    assert "stage directions" in actor.backend.sent[0][0][0]["content"]
 
 
 def test_actor_keeps_only_its_own_short_message(card, history, state):

@@ -11,11 +11,13 @@ from mapo.backends.json_output import ChatClient
 from mapo.envs.empathy.llm.common import StoryRole, effect, normalise, sampling
 from mapo.envs.empathy.llm.prompts import (
     ACTOR_INSTRUCTIONS,
+    ACTOR_NARRATION_RETRY,
     ACTOR_RETRY,
     ACTOR_SYSTEM,
     FALLBACK_LINES,
     STEER_HINTS,
 )
+from mapo.envs.empathy.narration import stage_direction
 from mapo.envs.empathy.roles import Direction
 from mapo.text import sentences
 
@@ -51,6 +53,16 @@ def _clean_reply(text: str, name: str, max_words: int) -> str:
     return " ".join(kept)
 
 
+def _problem(text: str, seen: set[str]) -> str | None:
+    """Why a persona's message cannot be used: empty, a repeat of one of its lines, or narration
+    (its stage directions or the card's notes said aloud, `stage_direction`); None when it can."""
+    if not normalise(text):
+        return "empty"
+    if normalise(text) in seen:
+        return "repeat"
+    return "narration" if stage_direction(text) else None
+
+
 class LLMActor(StoryRole):
     """Plays the persona with an LLM: short turns in their voice, following the director, never repeating itself.
 
@@ -60,7 +72,7 @@ class LLMActor(StoryRole):
     `max_words`: replies are cut to whole sentences within this many words.
     """
 
-    COUNTERS = StoryRole.COUNTERS + ("repeat_retries", "empty_retries")
+    COUNTERS = StoryRole.COUNTERS + ("repeat_retries", "empty_retries", "narration_retries")
 
     def __init__(
         self,
@@ -95,12 +107,14 @@ class LLMActor(StoryRole):
         seen = {normalise(line) for line in said}
         for attempt in range(2):
             text = _clean_reply(self.backend.chat(messages, **overrides), card.persona.name, self.max_words)
-            problem = "empty" if not normalise(text) else "repeat" if normalise(text) in seen else None
+            problem = _problem(text, seen)
             if problem is None:
                 return text
             if attempt == 0:
                 self.counters[f"{problem}_retries"] += 1
-                retry = ACTOR_RETRY if problem == "repeat" else "That message was empty. Write your next message."
+                retry = {"repeat": ACTOR_RETRY, "narration": ACTOR_NARRATION_RETRY}.get(
+                    problem, "That message was empty. Write your next message."
+                )
                 messages = messages + [{"role": "assistant", "content": text}, {"role": "user", "content": retry}]
                 if overrides.get("seed") is not None:
                     overrides["seed"] += 7919  # a different sample, still reproducible

@@ -5,8 +5,9 @@ card's content:
 
 - the opening is ``card.opening_line``;
 - ``reveal_stage`` / ``reveal_memory`` say ``card.stages[i].content`` or
-  ``card.memories[i]`` (written on the cards as third-person notes, turned into the
-  persona's first person by ``first_person``), after a short lead-in;
+  ``card.memories[i]`` (written on the cards as third-person notes, said in the persona's
+  own voice by ``spoken.speak``: what they say, never the note's "she explains ... and asks"),
+  after a short lead-in;
 - ``confused`` (the policy's reply made no sense): puzzlement in the persona's voice,
   and withdrawal when the reply also did harm; nothing new is shared;
 - the reaction follows the last Delta E: push back after a regression, thank after
@@ -44,7 +45,8 @@ from mapo.envs.empathy.offline.actor_lines import (
     TURNING,
     WITHDRAW,
 )
-from mapo.envs.first_person import first_person, pronoun_of
+from mapo.envs.empathy.offline.spoken import speak
+from mapo.envs.first_person import pronoun_of
 from mapo.text import sentences
 
 if TYPE_CHECKING:
@@ -144,7 +146,7 @@ class OfflineActor:
 
     def _reveal(self, leads: list[str], note: str) -> list[str | None]:
         """A lead-in and up to two sentences of the card's note; the lead-in goes first when space is short."""
-        spoken = first_person(note, self._who, self._name)
+        spoken = speak(note, self._who, self._name, self._rng)
         content = [s for s in sentences(spoken) if _normal(s) not in self._used][:2]
         if len(content) >= self._style.max_sentences:
             return list(content)

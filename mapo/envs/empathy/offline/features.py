@@ -37,7 +37,8 @@
   cues is below OFF_TOPIC, with fewer than OFF_TOPIC_SHARED stems of theirs and at least
   OFF_TOPIC_OWN of its own (generic comfort has few: it is templated instead).
   And *meta*: the reply talking about itself as a machine or about its own text ("as an AI,
-  I don't have access to ...", "This sentence is ...").
+  I don't have access to ...", "This sentence is ..."); *acted*: actions written out instead
+  of said ("*nods slowly*", "(takes your hand)", `mapo.envs.empathy.narration.acted`).
 
 The thresholds below are the judge's too; `mapo env calibrate` measures them.
 """
@@ -52,6 +53,7 @@ import numpy as np
 from mapo import degeneracy
 from mapo.degeneracy import FIRST_PERSON, SECOND_PERSON
 from mapo.envs import embeddings
+from mapo.envs.empathy.narration import acted
 from mapo.envs.empathy.offline.judge_lexicon import (
     AGREEING,
     ASSISTANT_VIEW,
@@ -360,6 +362,9 @@ def extract_features(context: JudgeContext, response: str) -> Features:
             degenerate["off_topic"] = f"{astray:.0%} of its words are about something else"
     if hits["meta"]:  # about itself as a machine or about its own text: nothing said to them
         degenerate["meta"] = hits["meta"][0]
+    performed = acted(response)  # "*nods slowly*": empathy performed, not given
+    if performed:
+        degenerate["acted"] = performed
     return Features(
         n_words=len(words(response)),
         sentences=sents,

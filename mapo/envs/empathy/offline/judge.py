@@ -41,7 +41,13 @@ that reuses their words without sense. It is *grounded* when grounding >= GROUND
   GENERIC or that carries at most one word of theirs and asks nothing (generic comfort).
 - Degenerate families add C_neg -1 where they misread or ignore the story (word salad,
   role swap, off topic, meta, invented, keyword stuffing) and A_neg -1 for repetition or
-  performed empathy (loop, role swap, off topic, meta, keyword stuffing), when not already set.
+  performed empathy (loop, role swap, off topic, meta, keyword stuffing, and *acted*: actions
+  written out instead of said, "*nods slowly*", "(takes your hand)"), when not already set.
+- Moves made again (`repeats.py`): a question the listener already asked however phrased, a
+  statement it already made (the same reflection, validation or reassurance), an opening formula
+  used turn after turn. The reply's levels of progress are those of its new sentences alone (never
+  above the whole reply's), its negative levels the whole reply's, and a reply whose new part
+  earns nothing gets A_neg -1 (the same routine again).
 - P_neg -2: moralising, blaming or guilt-tripping ("your own fault", "be grateful",
   "family comes first"). P_neg -1: pressure ("you need to", "you should", "just tell
   them").
@@ -56,7 +62,9 @@ from typing import TYPE_CHECKING, Any
 from mapo.envs import embeddings
 from mapo.envs.empathy.offline.features import MIN_WORDS, Features, JudgeContext, ReplyParts, extract_features
 from mapo.envs.empathy.offline.judge_lexicon import DEEP_FEELINGS
+from mapo.envs.empathy.offline.repeats import Repeat, fresh_text, repeated_moves
 from mapo.envs.empathy.roles import NEUTRAL_LEVELS, Judgement
+from mapo.text import sentences
 
 if TYPE_CHECKING:
     from mapo.envs.dynamics import NeedState
@@ -78,7 +86,8 @@ RAMBLING_WORDS = 110  # longer replies bury the point
 # their story (C_neg -1); repetition, or empathy performed with no one in it (A_neg -1). A
 # fragment only earns nothing: what it says before the cut may be fine.
 C_NEG_FAMILIES = frozenset({"word_salad", "role_swap", "off_topic", "meta", "invented", "keyword_stuffing"})
-A_NEG_FAMILIES = frozenset({"loop", "role_swap", "off_topic", "meta", "keyword_stuffing"})
+A_NEG_FAMILIES = frozenset({"loop", "role_swap", "off_topic", "meta", "keyword_stuffing", "acted"})
+PROGRESS_KEYS = ("C_prog", "A_prog", "P_prog")
 
 
 class OfflineJudge:
@@ -93,6 +102,7 @@ class OfflineJudge:
     def prime(self, items: list[tuple[JudgeContext, str]]) -> None:
         """Embed every text that scoring `items` will need in one batched pass (fills the cache)."""
         texts = [t for context, response in items for t in ReplyParts.of(context, response).texts(context)]
+        texts += [s for context, _ in items for turn in context.own_turns for s in sentences(turn)]  # repeated_moves
         embeddings.embed(list(dict.fromkeys(texts)))
 
     def score(self, context: JudgeContext, response: str) -> Judgement:
@@ -100,7 +110,34 @@ class OfflineJudge:
             return Judgement(levels={**NEUTRAL_LEVELS, "A_neg": -1}, evidence={"A_neg": "empty reply"})
         f = extract_features(context, response)
         levels, evidence = levels_from_features(f, context.deepest_axis)
-        return Judgement(levels=levels, evidence=evidence, info={"features": _summary(f)})
+        info: dict[str, Any] = {"features": _summary(f)}
+        found = repeated_moves(f.sentences, context.own_turns)
+        if found:
+            levels, evidence = _without_repeats(context, f, found, levels, evidence)
+            info["repeats"] = [r.evidence() for r in found]
+        return Judgement(levels=levels, evidence=evidence, info=info)
+
+
+def _without_repeats(
+    context: JudgeContext, f: Features, found: list[Repeat], levels: dict[str, int], evidence: dict[str, str]
+) -> tuple[dict[str, int], dict[str, str]]:
+    """Progress only for what the reply says that is new (`found` are its repeats); its negative
+    levels stand, and a reply whose new part earns nothing is the same routine again (A_neg -1)."""
+    fresh = fresh_text(f.sentences, found)
+    if fresh.strip():
+        new_levels, new_evidence = levels_from_features(extract_features(context, fresh), context.deepest_axis)
+    else:
+        new_levels, new_evidence = dict(NEUTRAL_LEVELS), {}
+    out, ev = dict(levels), dict(evidence)
+    for key in PROGRESS_KEYS:
+        out[key] = min(levels[key], new_levels[key])
+        if out[key]:
+            ev[key] = new_evidence[key]
+        else:
+            ev.pop(key, None)
+    if not any(out[key] for key in PROGRESS_KEYS) and out["A_neg"] == 0:
+        out["A_neg"], ev["A_neg"] = -1, found[0].evidence()
+    return out, ev
 
 
 def _summary(f: Features) -> dict[str, Any]:
