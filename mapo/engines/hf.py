@@ -56,6 +56,17 @@ class _SentenceLimit:
         return torch.tensor(self.done, dtype=torch.bool, device=input_ids.device)
 
 
+def left_padded(contexts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`contexts` as one left-padded batch of ids and its attention mask (generate's layout)."""
+    width = max(len(c) for c in contexts)
+    input_ids = torch.full((len(contexts), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(contexts), width), dtype=torch.long)
+    for row, ids in enumerate(contexts):
+        input_ids[row, width - len(ids) :] = torch.tensor(list(ids), dtype=torch.long)
+        attention[row, width - len(ids) :] = 1
+    return input_ids, attention
+
+
 class HfEngine:
     name = "hf"
 
@@ -95,12 +106,8 @@ class HfEngine:
             return []
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0 for sampling, got {temperature}")
-        width = max(len(c) for c in contexts)
-        input_ids = torch.full((len(contexts), width), policy.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(contexts), width), dtype=torch.long)
-        for row, ids in enumerate(contexts):
-            input_ids[row, width - len(ids) :] = torch.tensor(list(ids), dtype=torch.long)
-            attention[row, width - len(ids) :] = 1
+        input_ids, attention = left_padded(contexts, policy.pad_id)
+        width = input_ids.shape[1]
         config = GenerationConfig(
             do_sample=True,
             temperature=temperature,
@@ -188,12 +195,8 @@ class HfEngine:
         from transformers import GenerationConfig
 
         policy = self.policy
-        width = max(len(c) for c in contexts)
-        input_ids = torch.full((len(contexts), width), policy.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(contexts), width), dtype=torch.long)
-        for row, ids in enumerate(contexts):
-            input_ids[row, width - len(ids) :] = torch.tensor(list(ids), dtype=torch.long)
-            attention[row, width - len(ids) :] = 1
+        input_ids, attention = left_padded(contexts, policy.pad_id)
+        width = input_ids.shape[1]
         config = GenerationConfig(
             do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=policy.end_of_turn_id, pad_token_id=policy.pad_id
         )
