@@ -55,7 +55,9 @@ class RolloutSpec:
     engine: str = "auto"
     # an engine that streams (llamacpp) decodes the replies of all dialogues and turns continuously: a
     # dialogue whose reply ended meets its environment while the others decode; false: turn-synchronous waves
-    continuous: bool = True
+    # (opt-in: a stream's decode batches depend on when the environments answer, so the engine's
+    # log-probs vary in their last bits between runs and a resumed run no longer matches bit for bit)
+    continuous: bool = False
     llamacpp: LlamaCppSpec = field(default_factory=LlamaCppSpec)
 
     def __post_init__(self) -> None:

@@ -225,7 +225,9 @@ def open_run(
     trainer = make_trainer(config, folder)
     # `auto` is pinned to what it chose here (a timing decides it on a CPU), so a resume, on this
     # machine or another, continues in the precision the run started in
-    config.policy.dtype = resolve_precision(config.policy.dtype, trainer.policy.device).name  # type: ignore[attr-defined]
+    # (the trainer may have settled `auto` itself: SFT on a CPU trains in float32, mapo.sft.machine)
+    chosen = getattr(trainer, "config", config).policy.dtype
+    config.policy.dtype = resolve_precision(chosen, trainer.policy.device).name  # type: ignore[attr-defined]
     folder()
     dump_config(config, opened[0].path / "config.yaml")
     return opened[0], trainer

@@ -510,8 +510,8 @@ class _JitteryEnvironment(ToyEnvironment):
 def _continuous_rollout(policy, engine, seed: int):
     from concurrent.futures import ThreadPoolExecutor
 
-    spec = RolloutSpec(scenarios_per_step=2, samples_per_scenario=2, max_turns=3, max_new_tokens=8, max_sentences=None)
-    assert spec.continuous  # the default: the engine streams replies across dialogues and turns
+    spec = RolloutSpec(scenarios_per_step=2, samples_per_scenario=2, max_turns=3, max_new_tokens=8, max_sentences=None,
+                       continuous=True)
     torch.manual_seed(seed)
     with ThreadPoolExecutor(4) as pool:
         return rollout(policy, toy_scenarios(2), lambda: _JitteryEnvironment(end_early=False), spec, engine=engine, pool=pool)

@@ -4,8 +4,8 @@ All modes run the same policy, environment, caps and seeds: `batched` samples al
 active trajectories of a turn in one `generate` call (the `hf` engine), `sequential`
 rolls out each trajectory alone (`--no-sequential` leaves it out), and, when
 llama-cpp-python is installed, `llamacpp` samples the dialogues with the llama.cpp engine
-(mapo.engines.llamacpp) as the rollout does by default (continuous batching across dialogues
-and turns) and `llamacpp_waves` with turn-synchronous waves, its weights synced once first.
+(mapo.engines.llamacpp) with continuous batching across dialogues and turns
+(`rollout.continuous: true`) and `llamacpp_waves` with the default turn-synchronous waves, its weights synced once first.
 Reported: generated tokens per second of generation time and of wall time (generation +
 environment), the ratios batched / sequential and llamacpp / hf (`llamacpp_over_hf`), the
 engine's sync time, the behaviour-vs-torch mismatch on its samples (the importance-weight
