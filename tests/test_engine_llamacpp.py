@@ -207,10 +207,17 @@ def test_embedded_model_mismatch_is_small(smollm2, smollm2_engine):
     assert stats.logprob_abs_diff_mean < 0.2 and stats.kl_behaviour_old < 0.1
 
 
-def test_worker_death_restarts_once(tiny_lora, tmp_path, monkeypatch):
+@pytest.fixture
+def crash_once(tmp_path, monkeypatch):
+    """The count of worker deaths a test asks for (MAPO_TEST_ENGINE_CRASH): one, mid-decode; then "0"."""
     crash = tmp_path / "crashes"
     crash.write_text("1")
     monkeypatch.setenv(CRASH_ENV, str(crash))
+    return crash
+
+
+def test_worker_death_restarts_once(tiny_lora, tmp_path, crash_once):
+    crash = crash_once
     spec = LlamaCppSpec(threads=1, base_type="F32")
     with LlamaCppEngine(tiny_lora, slots=2, context_per_slot=256, spec=spec, workdir=tmp_path / "e") as engine:
         engine.sync(4)
@@ -539,12 +546,10 @@ def test_a_continuous_rollout_keeps_turns_in_order_and_does_not_depend_on_timing
                 assert np.allclose(_torch_logprobs(tiny_lora, context, turn.response_ids), turn.old_logprobs, atol=2e-3)
 
 
-def test_a_stream_survives_one_worker_death(tiny_lora, tmp_path, monkeypatch):
+def test_a_stream_survives_one_worker_death(tiny_lora, tmp_path, crash_once):
     """The worker dies while a continuous rollout is in flight: it is restarted once with the synced
     weights and every reply not yet back is sampled again; the rollout completes."""
-    crash = tmp_path / "crashes"
-    crash.write_text("1")
-    monkeypatch.setenv(CRASH_ENV, str(crash))
+    crash = crash_once
     spec = LlamaCppSpec(threads=1, base_type="F32")
     with LlamaCppEngine(tiny_lora, slots=4, context_per_slot=512, spec=spec, workdir=tmp_path / "e") as engine:
         engine.sync(3)
