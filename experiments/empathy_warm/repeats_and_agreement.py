@@ -1,0 +1,94 @@
+"""Issue 59's two measures on dialogues already kept (docs/results.md, sixteenth session). Usage:
+
+    python experiments/empathy_warm/repeats_and_agreement.py reask docs/blind/empathy-warm-s* [--out FILE]
+    python experiments/empathy_warm/repeats_and_agreement.py agreement docs/blind/empathy-warm-s* \
+        [--full docs/blind/empathy-warm-s3:mapo=docs/study/empathy-warm-rebuilt/evals/mapo-idr-s3 ...] [--out FILE]
+
+`reask`: per set and run, the share of listener replies that re-ask a question already asked
+in the dialogue, by meaning (the offline judge's repeats.py) and by prefix (the monitor's
+`reasked_question`), and the share with any repeated move (`mapo.evaluate.reask`). A set is a
+blind set's folder (each side under its run label, as the rater read it) or a `mapo eval` /
+training run's transcripts (a folder or the file). Then, for two runs of each blind set
+(--versus, MAPO and GRPO by default), the difference by set.
+
+`agreement`: each blind set's pairs scored again by today's offline judge, the person's lines
+kept as written (`mapo.evaluate.rescore`), and how often EPM-Q then orders a decisive pair as the
+reader did, beside the figure the key records; per set and pooled. --full SET:LABEL=TRANSCRIPTS
+replays that run's dialogues in full (as its evaluation scored them) instead of as the rater read them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+
+def _pct(share: dict[str, Any]) -> str:
+    if not share.get("computed", True) or not share["decisive"]:
+        return "n/a"
+    return f"{share['wins']}/{share['decisive']} ({100 * share['rate']:.1f} %, {100 * share['low']:.1f}-{100 * share['high']:.1f})"
+
+
+def reask(paths: list[Path], versus: list[str]) -> dict[str, Any]:
+    from mapo.evaluate.dialogue_sets import dialogue_sets
+    from mapo.evaluate.reask import repeat_rates
+
+    sets = {str(path): {label: repeat_rates(d) for label, d in dialogue_sets(path).items()} for path in paths}
+    print("| set | run | replies | re-asked by meaning | by prefix | by meaning only | any repeated move |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for name, runs in sets.items():
+        for label, r in runs.items():
+            print(f"| {name} | {label} | {r['replies']} | {100 * r['reask_meaning']:.1f} % | {100 * r['reask_prefix']:.1f} % "
+                  f"| {100 * r['reask_meaning_only']:.1f} % | {100 * r['any_repeat']:.1f} % |")
+    first, second = versus
+    paired = {name: runs for name, runs in sets.items() if first in runs and second in runs}
+    by_seed: dict[str, Any] = {}
+    for measure in ("reask_meaning", "reask_prefix", "any_repeat"):
+        diffs = {name: runs[first][measure] - runs[second][measure] for name, runs in paired.items()}
+        by_seed[measure] = {"difference": diffs, f"{first}_not_higher": sum(d <= 0 for d in diffs.values()), "sets": len(diffs)}
+        if diffs:
+            print(f"{measure}: {first} − {second} by set " + ", ".join(f"{100 * d:+.1f}" for d in diffs.values())
+                  + f" points; {first} no higher in {by_seed[measure][f'{first}_not_higher']} of {len(diffs)}")
+    return {"sets": sets, "versus": versus, "by_set": by_seed}
+
+
+def agreement(paths: list[Path], full: list[str]) -> dict[str, Any]:
+    from mapo.evaluate.rescore import pooled, rescore_set
+
+    given: dict[str, dict[str, Path]] = {}
+    for spec in full:
+        try:
+            folder, rest = spec.rsplit(":", 1)
+            label, transcripts = rest.split("=", 1)
+        except ValueError:
+            raise SystemExit(f"--full {spec!r}: expected SET:LABEL=TRANSCRIPTS") from None
+        given.setdefault(str(Path(folder)), {})[label] = Path(transcripts)
+    results = [rescore_set(path, given.get(str(path))) for path in paths]
+    print("| set | dialogues | recorded | rescored | mean EPM-Q recorded → rescored | ended early |")
+    print("|---|---|---:|---:|---|---:|")
+    for r in results:
+        means = ", ".join(f"{label} {m['recorded']:.1f} → {m['rescored']:.1f}" for label, m in r["mean_epmq"].items())
+        print(f"| {r['set']} | {r['dialogues']} | {_pct(r['recorded'])} | {_pct(r['rescored'])} | {means} | {r['ended_early']} |")
+    pool = {which: pooled(results, which) for which in ("recorded", "rescored")}
+    print(f"pooled: recorded {_pct(pool['recorded'])}, rescored {_pct(pool['rescored'])}")
+    return {"sets": results, "pooled": pool}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("measure", choices=("reask", "agreement"))
+    parser.add_argument("sets", nargs="+", type=Path)
+    parser.add_argument("--versus", nargs=2, default=["mapo", "grpo"], metavar=("RUN", "AGAINST"))
+    parser.add_argument("--full", action="append", default=[], metavar="SET:LABEL=TRANSCRIPTS")
+    parser.add_argument("--out", type=Path, help="Also write the figures to this JSON file.")
+    args = parser.parse_args()
+    result = reask(args.sets, args.versus) if args.measure == "reask" else agreement(args.sets, args.full)
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        print(f"Figures: {args.out}")
+
+
+if __name__ == "__main__":
+    main()
