@@ -13,7 +13,8 @@ training run's transcripts (a folder or the file). Then, for two runs of each bl
 
 `agreement`: each blind set's pairs scored again by today's offline judge, the person's lines
 kept as written (`mapo.evaluate.rescore`), and how often EPM-Q then orders a decisive pair as the
-reader did, beside the figure the key records; per set and pooled. --full SET:LABEL=TRANSCRIPTS
+reader did, beside the figure the key records; per set and pooled; then each run's mean EPM-Q
+both ways, the first --versus run minus the second by set. --full SET:LABEL=TRANSCRIPTS
 replays that run's dialogues in full (as its evaluation scored them) instead of as the rater read them.
 """
 
@@ -54,8 +55,9 @@ def reask(paths: list[Path], versus: list[str]) -> dict[str, Any]:
     return {"sets": sets, "versus": versus, "by_set": by_seed}
 
 
-def agreement(paths: list[Path], full: list[str]) -> dict[str, Any]:
+def agreement(paths: list[Path], full: list[str], versus: list[str]) -> dict[str, Any]:
     from mapo.evaluate.rescore import pooled, rescore_set
+    from mapo.intervals import t_interval
 
     given: dict[str, dict[str, Path]] = {}
     for spec in full:
@@ -73,7 +75,14 @@ def agreement(paths: list[Path], full: list[str]) -> dict[str, Any]:
         print(f"| {r['set']} | {r['dialogues']} | {_pct(r['recorded'])} | {_pct(r['rescored'])} | {means} | {r['ended_early']} |")
     pool = {which: pooled(results, which) for which in ("recorded", "rescored")}
     print(f"pooled: recorded {_pct(pool['recorded'])}, rescored {_pct(pool['rescored'])}")
-    return {"sets": results, "pooled": pool}
+    first, second = versus
+    paired = [r["mean_epmq"] for r in results if first in r["mean_epmq"] and second in r["mean_epmq"]]
+    by_set = {}
+    for which in ("recorded", "rescored"):
+        t = by_set[which] = t_interval([m[first][which] - m[second][which] for m in paired])
+        interval = f"; t interval {t['mean']:+.1f} [{t['low']:+.1f}, {t['high']:+.1f}]" if t["low"] is not None else ""
+        print(f"mean EPM-Q {which}: {first} − {second} by set " + ", ".join(f"{d:+.1f}" for d in t["values"]) + interval)
+    return {"sets": results, "pooled": pool, "versus": versus, "epmq_by_set": by_set}
 
 
 def main() -> None:
@@ -84,7 +93,7 @@ def main() -> None:
     parser.add_argument("--full", action="append", default=[], metavar="SET:LABEL=TRANSCRIPTS")
     parser.add_argument("--out", type=Path, help="Also write the figures to this JSON file.")
     args = parser.parse_args()
-    result = reask(args.sets, args.versus) if args.measure == "reask" else agreement(args.sets, args.full)
+    result = reask(args.sets, args.versus) if args.measure == "reask" else agreement(args.sets, args.full, args.versus)
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
         print(f"Figures: {args.out}")
