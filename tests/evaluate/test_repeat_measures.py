@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from mapo.evaluate.blind_pairs import write_blind
 from mapo.evaluate.dialogue_sets import Dialogue, blind_sides, dialogue_sets
 from mapo.evaluate.reask import reply_repeats, repeat_rates
@@ -113,3 +115,26 @@ def test_agreement_after_rescoring_counts_ties_as_not_decisive(tmp_path):
     assert (both["wins"], both["decisive"], both["sets"]) == (4, 4, 2)
     # the full transcripts replay the same here (nothing was cut), and must begin as the pairs do
     assert rescore_set(folder, {"mapo": mapo})["rescored"]["wins"] == 2
+    with pytest.raises(ValueError, match="no dialogue that begins as pair p1's mapo side"):
+        rescore_set(folder, {"mapo": grpo})
+
+
+def test_a_replay_gives_the_epmq_the_environment_gave_the_dialogue_live():
+    from mapo.envs.dynamics import epmq
+    from mapo.envs.empathy.cards import bundled_scenarios
+    from mapo.envs.empathy.env import EmpathyEnvironment
+    from mapo.evaluate.rescore import Replayer
+
+    scenario = next(s for s in bundled_scenarios("test") if s.id == CARD)
+    env = EmpathyEnvironment(max_turns=13)
+    person, turns = env.reset(scenario, seed=0), []
+    for reply in MOVING_ON + LOOPING:  # the simulated person answers live here; the replay keeps its lines
+        turns.append((person, reply))
+        step = env.step(reply)
+        if step.done:
+            break
+        person = step.user_message
+    live = epmq(env.record())["epmq"]
+    replayed, scored = Replayer.of({"env": "empathy", "env_options": {"max_turns": 13}, "scenarios": "test"}, "test").epmq(
+        Dialogue(CARD, 0, tuple(turns)))
+    assert scored == len(turns) and replayed == live
