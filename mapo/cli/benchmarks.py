@@ -135,6 +135,8 @@ def bench_knowledge(
     out: OutOpt = None,
 ) -> None:
     """World-knowledge probe: yes/no facts of a game's table, scored by log p(" yes") - log p(" no"); AUC and accuracy."""
+    import time
+
     from rich.console import Console
 
     from mapo.envs.questioning.cases import BUNDLED, bundled_case_file, load_case_set
@@ -154,13 +156,15 @@ def bench_knowledge(
         items = build_probes(case_set, probes, shots, seed)
         configure_threads(threads)
         policy, label = load_eval_policy(model, gguf_file=gguf_file, dtype=dtype)
+        started = time.time()
         with progress_bar(len(items), f"knowledge ({label})") as advance:
             scores = score_probes(policy, items, batch_size, advance)
     except (ValueError, FileNotFoundError) as err:  # a bad case file (CaseError), a missing model, too many probes
         raise fail(err) from None
     summary = summarise([p.fact.truth for p in items], scores)
     config = {"model": label, "dtype": dtype, "cases": str(case_set.path), "probes": probes, "shots": shots,
-              "seed": seed, "threads": threads, "answers": ["yes", "no"], "example_prompt": items[0].prompt()}
+              "seed": seed, "threads": threads, "seconds": round(time.time() - started, 1), "answers": ["yes", "no"],
+              "example_prompt": items[0].prompt()}
     records = [{**p.record(), "score": float(s)} for p, s in zip(items, scores)]
     folder = out or new_run_dir("runs", "bench-knowledge")
     results = write_results(folder, "knowledge", config, summary, records, provenance=provenance())

@@ -12,7 +12,7 @@ and asks each as plain text after `shots` solved examples from the same table:
 The line names the table's subject, not "a horse", so that "glasses" or "bread" read as well as
 "horse"; the question is the attribute's own, verbatim. An example never shares the probe's
 candidate nor its attribute (so never its fact), and half of the examples are true. The score is
-log p(" yes") - log p(" no") of the continuation, summed over its tokens, from one forward pass.
+log p(" yes") - log p(" no") of the continuation, each summed over its tokens (no sampling).
 
 Two figures: the AUC (a true fact's score above a false one's, ties half: the Mann-Whitney
 statistic) says whether the model ranks true above false at all, whatever its lean to one answer;
