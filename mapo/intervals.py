@@ -1,4 +1,5 @@
-"""Confidence intervals (pure numpy, no scipy): the ablation's paired differences and the blind ratings' shares.
+"""Confidence intervals (pure numpy, no scipy): the ablation's paired differences, the blind
+ratings' shares and the knowledge probe's AUC.
 
 - `t_interval`: mean ± t(level, n - 1) · s / √n over independent values (the seeds). Student's
   t quantile is exact: the CDF of t with integer degrees of freedom is a finite trigonometric
@@ -10,12 +11,15 @@
   within seeds): each resample draws the seeds with replacement, then the dialogues of every
   drawn seed with replacement, so the spread between seeds is kept, not averaged away as a plain
   per-dialogue interval would. Seeded: the same input gives the same interval.
+- `two_sample_bootstrap`: a percentile interval for any statistic of two independent samples
+  (an AUC of true against false items): each resample redraws each sample from itself, at its
+  own size, so the two stay as many as they were. Seeded likewise.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -145,7 +149,29 @@ def cluster_bootstrap(
                 inner = values[rng.integers(0, values.size, size=(drawn, values.size))]
                 sums[chosen] += inner.sum(axis=1)
                 counts[chosen] += values.size
-    means = sums / counts
+    return _percentile_interval(sums / counts, level)
+
+
+def two_sample_bootstrap(
+    first: Sequence[float] | np.ndarray,
+    second: Sequence[float] | np.ndarray,
+    statistic: Callable[[np.ndarray, np.ndarray], float],
+    level: float = LEVEL,
+    resamples: int = RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> tuple[float | None, float | None]:
+    """Percentile interval of `statistic(first, second)` when each sample is redrawn with
+    replacement from itself at its own size; (None, None) when either is empty."""
+    a, b = np.asarray(first, dtype=float), np.asarray(second, dtype=float)
+    if not a.size or not b.size:
+        return None, None
+    rng = np.random.default_rng(seed)
+    values = [statistic(a[rng.integers(0, a.size, a.size)], b[rng.integers(0, b.size, b.size)]) for _ in range(resamples)]
+    return _percentile_interval(np.asarray(values), level)
+
+
+def _percentile_interval(values: np.ndarray, level: float) -> tuple[float, float]:
+    """The central `level` share of bootstrap `values`."""
     tail = (1 - level) / 2 * 100
-    low, high = np.percentile(means, [tail, 100 - tail])
+    low, high = np.percentile(values, [tail, 100 - tail])
     return float(low), float(high)

@@ -7,7 +7,7 @@ modules lazily so that `mapo --help` stays instant.
     evaluation   mapo eval / compare / report
     ablation     mapo ablate
     environment  mapo env list / try / calibrate
-    benchmarks   mapo bench emobench / eqbench
+    benchmarks   mapo bench emobench / eqbench / knowledge
     speed        mapo bench rollout / train / mfu / gpu / memory / env / llm-env / grpo / all
 """
 

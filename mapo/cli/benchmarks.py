@@ -1,4 +1,5 @@
-"""`mapo bench emobench | eqbench`: the published emotional-intelligence benchmarks with their authors' scoring."""
+"""`mapo bench emobench | eqbench | knowledge`: the published emotional-intelligence benchmarks with
+their authors' scoring, and the world-knowledge probe (mapo.evaluate.knowledge)."""
 
 from __future__ import annotations
 
@@ -118,3 +119,67 @@ def bench_eqbench(
     config = {"data": str(data), "items_selected": item, "limit": limit}
     _run_bench("eqbench", eqbench, items, responder, out, config,
                batch_size=batch_size, max_tokens=max_tokens, temperature=temperature)
+
+
+@bench_app.command("knowledge")
+def bench_knowledge(
+    model: ModelOpt = "embedded",
+    gguf_file: GgufFileOpt = None,
+    dtype: DtypeOpt = "float32",
+    cases: Annotated[str, typer.Option(help="The facts: a bundled case set (twenty-questions, troubleshooting) or a case YAML file.")] = "twenty-questions",
+    probes: Annotated[int, typer.Option(help="Facts to ask, half true and half false (even).")] = 200,
+    shots: Annotated[int, typer.Option(help="Solved examples before each, half true (even; 0 = none).")] = 4,
+    seed: Annotated[int, typer.Option(help="Seed of the draw of facts and examples.")] = 0,
+    threads: Annotated[Optional[int], typer.Option(help="torch CPU threads (default: every usable core).")] = None,
+    batch_size: Annotated[int, typer.Option(help="Sequences per forward pass (a probe is two: yes and no).")] = 16,
+    out: OutOpt = None,
+) -> None:
+    """World-knowledge probe: yes/no facts of a game's table, scored by log p(" yes") - log p(" no"); AUC and accuracy."""
+    import time
+
+    from rich.console import Console
+
+    from mapo.envs.questioning.cases import BUNDLED, bundled_case_file, load_case_set
+    from mapo.envs.questioning.players import is_player
+    from mapo.evaluate.bench import write_results
+    from mapo.evaluate.checkpoints import load_eval_policy
+    from mapo.evaluate.knowledge import build_probes, score_probes, summarise
+    from mapo.progress import progress_bar
+    from mapo.provenance import provenance
+    from mapo.run_folder import new_run_dir
+    from mapo.runtime import configure_threads
+
+    if model is None or is_player(model):
+        raise fail(ValueError(f"--model {model}: the probe reads a language model's log-probabilities; name one"))
+    try:
+        case_set = load_case_set(bundled_case_file(cases) if cases in BUNDLED else Path(cases))
+        items = build_probes(case_set, probes, shots, seed)
+        configure_threads(threads)
+        policy, label = load_eval_policy(model, gguf_file=gguf_file, dtype=dtype)
+        started = time.time()
+        with progress_bar(len(items), f"knowledge ({label})") as advance:
+            scores = score_probes(policy, items, batch_size, advance)
+    except (ValueError, FileNotFoundError) as err:  # a bad case file (CaseError), a missing model, too many probes
+        raise fail(err) from None
+    summary = summarise([p.fact.truth for p in items], scores)
+    config = {"model": label, "dtype": dtype, "cases": str(case_set.path), "probes": probes, "shots": shots,
+              "seed": seed, "threads": threads, "seconds": round(time.time() - started, 1), "answers": ["yes", "no"],
+              "example_prompt": items[0].prompt()}
+    records = [{**p.record(), "score": float(s)} for p, s in zip(items, scores)]
+    folder = out or new_run_dir("runs", "bench-knowledge")
+    results = write_results(folder, "knowledge", config, summary, records, provenance=provenance())
+    Console().print(knowledge_table(label, summary))
+    typer.echo(f"Results: {results}\nPredictions: {folder / 'predictions.jsonl'}")
+
+
+def knowledge_table(label: str, summary: dict[str, Any]) -> Any:
+    """One row: the model's AUC and accuracy with their intervals, and how often it says yes."""
+    from rich.table import Table
+
+    table = Table(title=f"World-knowledge probe ({summary['probes']} facts, half true)")
+    for header in ("model", "AUC", f"{summary['level']:.0%} interval", "accuracy", f"{summary['level']:.0%} interval", "says yes"):
+        table.add_column(header, justify="left" if header == "model" else "right")
+    table.add_row(label, f"{summary['auc']:.3f}", f"{summary['auc_low']:.3f} - {summary['auc_high']:.3f}",
+                  f"{summary['accuracy']:.3f}", f"{summary['accuracy_low']:.3f} - {summary['accuracy_high']:.3f}",
+                  f"{summary['yes_rate']:.2f}")
+    return table

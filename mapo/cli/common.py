@@ -14,7 +14,7 @@ app = typer.Typer(
 )
 env_app = typer.Typer(help="Scenario cards and the simulated-user environment.", no_args_is_help=True)
 app.add_typer(env_app, name="env")
-bench_app = typer.Typer(help="Benchmarks: EmoBench, EQ-Bench v2, and speed benchmarks.", no_args_is_help=True)
+bench_app = typer.Typer(help="Benchmarks: EmoBench, EQ-Bench v2, the world-knowledge probe, and speed benchmarks.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
 
 

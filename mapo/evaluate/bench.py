@@ -43,11 +43,12 @@ def ask_in_batches(
 
 
 def write_results(out_dir: Path, benchmark: str, config: dict[str, Any], summary: dict[str, Any],
-                  records: Sequence[dict[str, Any]]) -> Path:
-    """`results.json` (benchmark, config, summary) and `predictions.jsonl` (one scored item a line)."""
+                  records: Sequence[dict[str, Any]], **extra: Any) -> Path:
+    """`results.json` (benchmark, config, summary, then `extra`'s entries: provenance) and
+    `predictions.jsonl` (one scored item a line)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     results = out_dir / "results.json"
-    results.write_text(json.dumps({"benchmark": benchmark, "config": config, "summary": summary}, indent=2,
+    results.write_text(json.dumps({"benchmark": benchmark, "config": config, "summary": summary, **extra}, indent=2,
                                   ensure_ascii=False) + "\n", encoding="utf-8")
     write_jsonl(out_dir / "predictions.jsonl", records)
     return results
