@@ -4,9 +4,11 @@ The engine's decode time is nearly all inside `llama_decode` (the bench's breakd
 that time into what grows with the rows decoded together (the weights' matmuls) and what grows with
 the ids each row attends over (attention over its KV stream). It exports the policy as the engine
 does (its base type), opens the engine's own `Decoder` with one KV stream per slot, prefills `rows`
-slots with `context` ids each, and times `steps` decode steps of one id per slot.
+slots with `context` ids each, and times `steps` decode steps of one id per slot. The grid is run
+`--repeats` times over and each cell keeps its fastest time: on a shared machine the other jobs
+only ever add time, so the minimum is the cell's own cost.
 
-    PYTHONPATH=. python scripts/decode_cost.py --base-type BF16 --rows 1 8 16 --context 32 512 1024 --threads 1
+    PYTHONPATH=. python scripts/decode_cost.py --base-type BF16 --rows 1 8 16 --context 32 512 1024 --threads 1 --repeats 3
 """
 
 from __future__ import annotations
@@ -44,26 +46,30 @@ def main() -> None:
     parser.add_argument("--context", type=int, nargs="+", default=[32, 512, 1024])
     parser.add_argument("--steps", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=3, help="passes over the grid; each cell keeps its fastest")
     parser.add_argument("--output", type=Path, default=Path("runs/decode_cost.json"))
     args = parser.parse_args()
 
     policy = load_policy(load_config(None, [f"policy.model={args.model}"]).policy)
-    rows_out = []
+    fastest: dict[tuple[int, int], float] = {}
     with tempfile.TemporaryDirectory() as folder:
         gguf = write_model(policy.model.float(), policy.tokenizer, Path(folder) / "base.gguf", default_type=args.base_type)
         policy.tokenizer.save_pretrained(folder)
         slots, per_slot = max(args.rows), max(args.context) + args.steps + 8
         decoder = Decoder(str(gguf), slots, per_slot, args.threads, 512, str(Path(folder) / "tokenizer.json"))
         try:
-            for context in args.context:
-                for rows in args.rows:
-                    seconds = step_seconds(decoder, rows, context, args.steps)
-                    rows_out.append({"rows": rows, "context": context, "ms_per_step": 1000 * seconds,
-                                     "tokens_per_s": rows / seconds})
-                    print(f"{args.base_type} rows {rows:3d} context {context:5d}: "
-                          f"{1000 * seconds:7.1f} ms a step, {rows / seconds:6.1f} tokens/s", flush=True)
+            for _ in range(args.repeats):
+                for context in args.context:
+                    for rows in args.rows:
+                        seconds = step_seconds(decoder, rows, context, args.steps)
+                        fastest[rows, context] = min(seconds, fastest.get((rows, context), seconds))
         finally:
             decoder.close()
+    rows_out = []
+    for (rows, context), seconds in sorted(fastest.items(), key=lambda cell: (cell[0][1], cell[0][0])):
+        rows_out.append({"rows": rows, "context": context, "ms_per_step": 1000 * seconds, "tokens_per_s": rows / seconds})
+        print(f"{args.base_type} rows {rows:3d} context {context:5d}: {1000 * seconds:7.1f} ms a step, "
+              f"{rows / seconds:6.1f} tokens/s")
     args.output.parent.mkdir(parents=True, exist_ok=True)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     args.output.write_text(json.dumps({"settings": settings, "steps": rows_out}, indent=1) + "\n")
