@@ -3,9 +3,8 @@
 The key of a blind set keeps each side's EPM-Q as its evaluation computed it, with the judge of
 that day. To ask whether a changed judge agrees with the readers more often, each side of every
 pair is *replayed*: the person's lines stay as the transcript has them (the simulated person is
-not run again), and the judge scores each listener reply against the history before it, as the
-environment does; the judge's levels move the need state (`NeedState.step`) and EPM-Q is taken
-from that trajectory (`dynamics.epmq`), under the dynamics the evaluation ran with (its
+not run again), and the environment's own `score_reply` judges each listener reply against the
+history before it and moves the need state; EPM-Q is taken from that trajectory (`dynamics.epmq`), under the dynamics the evaluation ran with (its
 env_options, read from eval-LABEL.json beside the key or from the key's eval folder). When the
 dynamics end the dialogue (success or failure) before the transcript does, the replay stops
 there, as the environment would have.
@@ -23,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mapo.envs.dynamics import epmq, levels_to_vector
+from mapo.envs.dynamics import epmq
 from mapo.envs.empathy.cards import card_scenarios
 from mapo.envs.empathy.env import EmpathyEnvironment
 from mapo.evaluate.blind_pairs import SIDES
@@ -55,12 +54,10 @@ class Replayer:
         if not dialogue.turns:
             raise ValueError(f"{dialogue.scenario_id}#{dialogue.sample_index}: no turns to score")
         self.env.reset(self.scenarios[dialogue.scenario_id])  # a fresh need state at the card's start
-        card, state = self.env.card, self.env.state
-        assert card is not None and state is not None
+        state = self.env.state
+        assert state is not None
         for turn, (_, reply) in enumerate(dialogue.turns):
-            judgement = self.env.judge.judge(card, dialogue.history_before(turn), reply, state)
-            state.step(levels_to_vector(judgement.levels), judgement.levels)
-            if state.status() is not None:
+            if self.env.score_reply(dialogue.history_before(turn), reply)[2].status is not None:
                 break
         return epmq(state.record())["epmq"], state.turn
 

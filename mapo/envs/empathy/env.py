@@ -34,6 +34,7 @@ from mapo.envs.base import StepResult, register_environment
 from mapo.envs.dynamics import (
     DynamicsConfig,
     NeedState,
+    StepInfo,
     initial_vector,
     levels_to_vector,
 )
@@ -155,6 +156,19 @@ class EmpathyEnvironment:
         self.fallbacks = {"judge": 0, "director": 0}
         return opening
 
+    def score_reply(self, history: list[dict[str, str]], response: str) -> tuple[Judgement, tuple[float, ...], StepInfo]:
+        """(judgement, action, dynamics step) of `response` after `history`: the judge's levels move the
+        need state. `step` runs it on the live dialogue; a replay of a kept transcript on its own history."""
+        assert self.card is not None and self.state is not None
+        judgement = self.judge.judge(self.card, history, response, self.state)
+        if not isinstance(judgement, Judgement):
+            raise TypeError(f"empathy environment: the judge returned {type(judgement).__name__}, not a Judgement")
+        try:
+            action = levels_to_vector(judgement.levels)
+        except ValueError as exc:
+            raise ValueError(f"empathy environment: the judge's levels are invalid: {exc}") from None
+        return judgement, action, self.state.step(action, judgement.levels)
+
     def step(self, response: str) -> StepResult:
         """Score the policy's reply, move the need vector, and return the user's next message."""
         if self.card is None or self.state is None:
@@ -165,15 +179,8 @@ class EmpathyEnvironment:
             raise TypeError(f"empathy environment: the response must be a string, got {type(response).__name__}")
         card, state = self.card, self.state
 
-        judgement = self.judge.judge(card, list(self.history), response, state)
-        if not isinstance(judgement, Judgement):
-            raise TypeError(f"empathy environment: the judge returned {type(judgement).__name__}, not a Judgement")
-        try:
-            action = levels_to_vector(judgement.levels)
-        except ValueError as exc:
-            raise ValueError(f"empathy environment: the judge's levels are invalid: {exc}") from None
+        judgement, action, step = self.score_reply(list(self.history), response)
         self.history.append({"role": "assistant", "content": response})
-        step = state.step(action, judgement.levels)
         self.fallbacks["judge"] += int(judgement.fallback)
 
         direction: Direction
