@@ -15,6 +15,11 @@ chooses when the game ends (it guesses), the case where MAPO's normalisation by 
 carry a length bias: `mapo_ragged` against MAPO decides whether the T_min cut or the ragged form
 is better there. The warm start is built at the tight setting; the long plan starts from it too
 (the format and the table's reading carry over; the pool and budget are new to it).
+
+`table_chance_plan`: the tight setting with `need: chance` instead of bits and forfeits (the
+distance is the best questioner's chance of failing from here, so a reply that wastes the budget
+costs on its own turn): whether MAPO still learns to stall when the reward it reads turn by turn
+carries the budget (`credit.py` measured why it stalls on bits).
 """
 
 from __future__ import annotations
@@ -28,14 +33,17 @@ SEEDS = [0, 1, 2, 3, 4]
 WARM_START = "runs/game-table-warm/sft/final"  # build_warm_start.sh's model
 
 
-def table_options(pool_size: int, replies: int) -> dict[str, Any]:
-    """The game's options at one setting: the table and the budget shown, losses forfeited."""
-    return {"pool_size": pool_size, "max_turns": replies, "show_table": True, "show_turns_left": True,
-            "forfeit_on_failure": True, "forfeit_on_timeout": True}
+def table_options(pool_size: int, replies: int, need: str = "bits") -> dict[str, Any]:
+    """The game's options at one setting: the table and the budget shown; on bits, losses forfeited
+    (`need: chance` charges a lost game itself)."""
+    shown = {"pool_size": pool_size, "max_turns": replies, "show_table": True, "show_turns_left": True}
+    if need == "chance":
+        return {**shown, "need": "chance"}
+    return {**shown, "forfeit_on_failure": True, "forfeit_on_timeout": True}
 
 
-def _plan(name: str, pool_size: int, replies: int, steps: int) -> AblationPlan:
-    options = table_options(pool_size, replies)
+def _plan(name: str, pool_size: int, replies: int, steps: int, need: str = "bits") -> AblationPlan:
+    options = table_options(pool_size, replies, need)
     flow = ", ".join(f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in options.items())
     train = [
         "env.name=twenty-questions",
@@ -63,3 +71,8 @@ def table_tight_plan() -> AblationPlan:
 def table_long_plan() -> AblationPlan:
     """Pool 32, 7 replies: the same grid at the longer horizon."""
     return _plan("game-table-long", 32, 7, steps=40)
+
+
+def table_chance_plan() -> AblationPlan:
+    """Pool 8, 5 replies, the need as the best questioner's chance of failing: the same grid."""
+    return _plan("game-table-chance", 8, 5, steps=40, need="chance")

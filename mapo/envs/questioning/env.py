@@ -42,6 +42,17 @@ a question would win, guessing on the last reply wins games a question would tim
 policy sees no difference between the two. RL learned to guess by candidates left alone (no
 trained policy guessed on its last reply more than a point more often than before it; docs/results.md).
 
+`need` (default `bits`) is what the distance measures. `bits`: the information still missing,
+log2(n_t) + solve_bits (game.py), so each turn earns the bits it gained, whatever the budget.
+`chance`: the chance that even the best questioner fails from here, 1 - min(n_t, 2^(r_t - 1)) / n_t
+with r_t replies left (game.win_chance), 0 once solved and 1 once lost or timed out. A question
+that keeps the best player's chance costs nothing, a reply that wastes the budget (a re-asked
+question once the slack is gone, a lopsided split) costs on its own turn, and a guess is charged
+only the chance it throws away, so the turn-by-turn reading that MAPO's immediate half takes
+carries the budget. A game's rewards sum to its outcome minus the best player's chance at the
+start. It ends a lost game at the full distance itself, so it takes no forfeits, and it assumes
+one guess.
+
 `show_table` (default off) puts the table in view: the opening lists, under the questions, what
 is true of each candidate of the pool (`horse: alive, animal, big, legs`; a fault: the checks
 that answer yes), and each reply of a game still going re-lists the candidates still possible
@@ -53,7 +64,7 @@ and when to guess (docs/games.md).
 
 Options: pool_size (default 8), max_turns, solve_bits (1.0), wrong_guesses_allowed (0), pool_seed (0),
 show_candidates (false), forfeit_on_failure (false), forfeit_on_timeout (false), show_turns_left (false),
-show_table (false).
+show_table (false), need (bits).
 Scenarios (`env.scenarios`, `mapo eval --scenarios`): train | test | all of the bundled
 case set, or a case file `path.yaml` (all its secrets) or `path.yaml:train|test`.
 """
@@ -72,12 +83,13 @@ from mapo.envs.questioning.cases import (
     draw_pool,
     load_case_set,
 )
-from mapo.envs.questioning.game import GameState
+from mapo.envs.questioning.game import GameState, win_chance
 from mapo.envs.questioning.metrics import game_summary
 from mapo.envs.questioning.parse import parse_reply
 from mapo.envs.questioning.table import Table
 from mapo.types import Scenario
 
+NEEDS = ("bits", "chance")
 TRANSCRIPT_KEYS = ("kind", "bits", "attribute", "guess", "reason", "candidates_left", "pool_size", "secret")
 
 
@@ -123,7 +135,7 @@ class QuestioningEnvironment:
     def __init__(self, pool_size: int = 8, max_turns: int | None = None, solve_bits: float = 1.0,
                  wrong_guesses_allowed: int = 0, pool_seed: int = 0, show_candidates: bool = False,
                  forfeit_on_failure: bool = False, forfeit_on_timeout: bool = False,
-                 show_turns_left: bool = False, show_table: bool = False) -> None:
+                 show_turns_left: bool = False, show_table: bool = False, need: str = "bits") -> None:
         if not isinstance(pool_size, int) or pool_size < 2:
             raise ValueError(f"{self.case_set}: pool_size must be an integer >= 2, got {pool_size!r}")
         if max_turns is not None and max_turns < 1:
@@ -139,6 +151,12 @@ class QuestioningEnvironment:
                 raise ValueError(f"{self.case_set}: {name} must be true or false, got {flag!r}")
         # the endings whose rewards are taken back (the need returns to D_0)
         self.forfeited = {reason for reason, on in (("failure", forfeit_on_failure), ("timeout", forfeit_on_timeout)) if on}
+        if need not in NEEDS:
+            raise ValueError(f"{self.case_set}: need must be one of {', '.join(NEEDS)}, got {need!r}")
+        if need == "chance" and (self.forfeited or wrong_guesses_allowed):
+            raise ValueError(f"{self.case_set}: need: chance ends a lost game at the full distance itself and "
+                             "assumes one guess; leave forfeit_on_failure, forfeit_on_timeout and wrong_guesses_allowed unset")
+        self.need = need
         self.wrong_guesses_allowed = wrong_guesses_allowed
         if wrong_guesses_allowed:  # the class's prompt states the default rule, one guess
             self.system_prompt = self.system_prompt.replace(
@@ -207,18 +225,16 @@ class QuestioningEnvironment:
             raise RuntimeError(f"the game has ended ({self.done_reason}); call reset() to start another")
         if not isinstance(response, str):
             raise TypeError(f"response must be a string, got {type(response).__name__}")
-        before = self.game.distance()
+        before = self._distance()
         outcome = self.game.play(parse_reply(response, self.game.table))
         self.turn += 1
-        distance = self.game.distance()
         if self.game.solved:
             self.done_reason = "success"
         elif len(self.game.wrong_guesses) > self.wrong_guesses_allowed:
             self.done_reason = "failure"
         elif self.turn >= self.max_turns:
             self.done_reason = "timeout"
-        if self.done_reason in self.forfeited:
-            distance = self.game.initial_distance()
+        distance = self.game.initial_distance() if self.done_reason in self.forfeited else self._distance()
         info = {
             "turn": self.turn,
             "kind": outcome.kind,
@@ -242,10 +258,23 @@ class QuestioningEnvironment:
             reply += ("\n" if self.show_table else " ") + turns_left_note(self.max_turns - self.turn)
         return StepResult(reply, (before - distance,), self.done_reason is not None, info)
 
+    def _distance(self) -> float:
+        """The need left now (the module docstring's `need`)."""
+        assert self.game is not None
+        if self.need == "bits":
+            return self.game.distance()
+        if self.game.solved:
+            return 0.0
+        if self.done_reason is not None:
+            return 1.0
+        return 1.0 - win_chance(len(self.game.consistent()), self.max_turns - self.turn)
+
     @property
     def initial_state(self) -> tuple[float]:
         if self.game is None:
             raise RuntimeError("call reset(scenario) first")
+        if self.need == "chance":
+            return (-(1.0 - win_chance(len(self.game.pool), self.max_turns)),)
         return (-self.game.initial_distance(),)
 
 

@@ -11,6 +11,9 @@ solved one. So a solved game returns log2(pool) + solve_bits under IDR, a game t
 unsolved at most log2(pool), and each turn's IDR is the information it gained,
 log2(n_{t-1} / n_t), plus solve_bits on the right guess.
 
+The environment's `need: chance` measures the distance otherwise: the chance that even the
+best questioner fails from here (`win_chance`), so a reply that wastes the budget costs on its turn.
+
 Moves (mapo.envs.questioning.parse):
 - question on a new attribute: answered from the table; kind "question";
 - question on an attribute already answered: the same answer again; kind "repeat";
@@ -35,6 +38,15 @@ KINDS = ("question", "repeat", "invalid", "guess_right", "guess_wrong")
 def consistent(table: Table, pool: Sequence[str], answers: Mapping[str, bool], excluded: Collection[str]) -> list[str]:
     """The pool members that agree with every answer and are not `excluded` (guessed wrongly)."""
     return [c for c in pool if c not in excluded and all(table.answer(c, a) == v for a, v in answers.items())]
+
+
+def win_chance(candidates: int, replies_left: int) -> float:
+    """The best questioner's chance to win with one guess: r - 1 questions split n candidates
+    into at most 2^(r-1) groups and the last reply names one of its group, so it wins
+    min(n, 2^(r-1)) / n of the games (questions free to split any way; a table may allow less)."""
+    if candidates < 1 or replies_left < 1:
+        raise ValueError(f"a game still going has candidates and replies left, got {candidates} and {replies_left}")
+    return min(candidates, 2 ** (replies_left - 1)) / candidates
 
 
 @dataclass
