@@ -64,10 +64,11 @@ def chance_rewards(game: dict, max_turns: int) -> list[float]:
     return rewards_from_distances(distances, "idr")
 
 
-def credit(runs: list[Path], max_turns: int, estimators: list[str],
-           need: str = "logged") -> tuple[dict[str, dict[str, float]], collections.Counter]:
+def credit(runs: list[Path], max_turns: int, estimators: list[str], need: str = "logged"
+           ) -> tuple[dict[str, dict[str, float]], dict[str, collections.Counter], collections.Counter]:
     """{estimator (or "logged", on the run's own rewards): {class: mean advantage}} over the runs'
-    logged steps (each step its own batch), and the class counts."""
+    logged steps (each step its own batch), {estimator: {class: replies it trains}} (MAPO's T_min
+    cut leaves the turns after a group's shortest game out), and the class counts."""
     logged_too = ["logged"] if need == "logged" else []
     sums: dict[str, collections.Counter] = {name: collections.Counter() for name in [*estimators, *logged_too]}
     counts: dict[str, collections.Counter] = {name: collections.Counter() for name in sums}
@@ -88,7 +89,7 @@ def credit(runs: list[Path], max_turns: int, estimators: list[str],
                             counts[name][label] += 1
         seen.update(label for group in labels for game in group for label in game)
     means = {name: {k: sums[name][k] / counts[name][k] for k in counts[name]} for name in sums}
-    return means, seen
+    return means, counts, seen
 
 
 def main() -> None:
@@ -102,13 +103,16 @@ def main() -> None:
     args = parser.parse_args()
     groups = [[run] for run in args.runs] if args.each else [args.runs]
     for runs in groups:
-        means, seen = credit(runs, args.max_turns, args.estimators, args.need)
+        means, trained, seen = credit(runs, args.max_turns, args.estimators, args.need)
         total = sum(seen.values()) or 1
         print(f"\n{' '.join(map(str, runs)) if len(runs) < 3 else f'{len(runs)} runs pooled'}  ({total} replies)")
-        print("class".ljust(14) + "share".rjust(8) + "".join(name.rjust(12) for name in means))
+        print("mean advantage".ljust(14) + "share".rjust(8) + "".join(name.rjust(12) for name in means))
         for kind in (k for k in KINDS if seen[k]):
             row = "".join(f"{means[name].get(kind, np.nan):12.3f}" for name in means)
             print(kind.ljust(14) + f"{100 * seen[kind] / total:7.1f}%" + row)
+        print("replies trained".ljust(22) + "".join(name.rjust(12) for name in args.estimators))
+        for kind in (k for k in KINDS if seen[k]):
+            print(kind.ljust(22) + "".join(f"{100 * trained[name][kind] / seen[kind]:11.1f}%" for name in args.estimators))
 
 
 if __name__ == "__main__":
