@@ -6,7 +6,9 @@ per-turn rewards. Those steps' groups are rebuilt (games of one scenario at one 
 registered estimator is applied to the same rewards; each reply is classed as in `decisions.py`
 (a splitting question, a re-asked one, an early guess, ...) and the mean advantage of each class is
 printed per estimator (the runs given pooled, or `--each`), with the advantage the run itself logged beside it (a check that the rebuilt
-batch is the run's). A class credited above zero is pushed up by that estimator.
+batch is the run's). A class credited above zero is pushed up by that estimator. It extends
+`experiments/game_forfeit/credit.py` (the run's own estimator only, by move kind: the earlier game
+studies' count of what the T_min cut trains) to every estimator on the same games, by decision class.
 
 `--need chance` re-scores the same games as the environment's `need: chance` would (the best
 questioner's chance of failing; mapo.envs.questioning.env) before the estimators see them: the
