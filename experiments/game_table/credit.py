@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # decisions.py beside 
 from decisions import KINDS, decision  # noqa: E402
 
 from mapo.advantages import compute_batch  # noqa: E402
-from mapo.envs.questioning.game import win_chance  # noqa: E402
+from mapo.envs.questioning.game import chance_distance  # noqa: E402
 from mapo.rewards import rewards_from_distances  # noqa: E402
 from mapo.validation import compressed_or_plain, read_records  # noqa: E402
 
@@ -59,9 +59,9 @@ def classes(game: dict, max_turns: int) -> list[str]:
 def chance_rewards(game: dict, max_turns: int) -> list[float]:
     """The game's per-turn rewards under `need: chance` (IDR of the best questioner's chance of failing)."""
     turns = game["turns"]
-    distances = [1.0 - win_chance(turns[0]["pool_size"], max_turns)]
+    distances = [chance_distance(turns[0]["pool_size"], max_turns)]
     for turn in turns[:-1]:
-        distances.append(1.0 - win_chance(turn["candidates_left"], max_turns - turn["turn"]))
+        distances.append(chance_distance(turn["candidates_left"], max_turns - turn["turn"]))
     distances.append(0.0 if game["done_reason"] == "success" else 1.0)
     return rewards_from_distances(distances, "idr")
 

@@ -83,7 +83,7 @@ from mapo.envs.questioning.cases import (
     draw_pool,
     load_case_set,
 )
-from mapo.envs.questioning.game import GameState, win_chance
+from mapo.envs.questioning.game import GameState, chance_distance
 from mapo.envs.questioning.metrics import game_summary
 from mapo.envs.questioning.parse import parse_reply
 from mapo.envs.questioning.table import Table
@@ -267,14 +267,14 @@ class QuestioningEnvironment:
             return 0.0
         if self.done_reason is not None:
             return 1.0
-        return 1.0 - win_chance(len(self.game.consistent()), self.max_turns - self.turn)
+        return chance_distance(len(self.game.consistent()), self.max_turns - self.turn)
 
     @property
     def initial_state(self) -> tuple[float]:
         if self.game is None:
             raise RuntimeError("call reset(scenario) first")
         if self.need == "chance":
-            return (-(1.0 - win_chance(len(self.game.pool), self.max_turns)),)
+            return (-chance_distance(len(self.game.pool), self.max_turns),)
         return (-self.game.initial_distance(),)
 
 

@@ -49,6 +49,11 @@ def win_chance(candidates: int, replies_left: int) -> float:
     return min(candidates, 2 ** (replies_left - 1)) / candidates
 
 
+def chance_distance(candidates: int, replies_left: int) -> float:
+    """`need: chance`'s distance of a game still going: the best questioner's chance of failing."""
+    return 1.0 - win_chance(candidates, replies_left)
+
+
 @dataclass
 class Outcome:
     """What one move did: its kind, the user's reply text, the bits it gained."""
