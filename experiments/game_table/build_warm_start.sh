@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The weak warm start of the game with the table in view (issue 56 item 4), rebuilt by one command:
-#   bash experiments/game_table/build_warm_start.sh [OUT] [PLAYER] [MODEL]
-#   (defaults: runs/game-table-warm, random, embedded; PLAYER informative: the imitation reference, a
-#   start that has seen a splitting player's games; MODEL any policy.model, e.g. gemma3-270m, docs/models.md)
+#   bash experiments/game_table/build_warm_start.sh [OUT] [PLAYER] [MODEL] [SHOW_TABLE]
+#   (defaults: runs/game-table-warm, random, embedded, true; PLAYER informative: the imitation reference, a
+#   start that has seen a splitting player's games; MODEL any policy.model, e.g. gemma3-270m, docs/models.md;
+#   SHOW_TABLE false: the same games with the table hidden, the start of `hidden_tight_plan`)
 # 1. 160 games of the random player on the training secrets, at the tight budget (pool 8, 5 replies),
 #    the table and the replies left shown: they teach the format (one listed question a reply,
 #    "Guess: <name>" once one candidate is left or on the last reply) and the table's reading,
@@ -17,7 +18,8 @@ set -euo pipefail
 OUT=${1:-runs/game-table-warm}
 PLAYER=${2:-random}
 MODEL=${3:-embedded}
-GAME=(--env-option pool_size=8 --env-option max_turns=5 --env-option show_table=true --env-option show_turns_left=true
+SHOW_TABLE=${4:-true}
+GAME=(--env-option pool_size=8 --env-option max_turns=5 --env-option show_table="$SHOW_TABLE" --env-option show_turns_left=true
       --env-option forfeit_on_failure=true --env-option forfeit_on_timeout=true)
 mkdir -p "$OUT"
 mapo env demos twenty-questions --player "$PLAYER" --games 160 --split train --seed 0 "${GAME[@]}" --out "$OUT/demos.jsonl"

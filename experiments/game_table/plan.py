@@ -16,6 +16,9 @@ carry a length bias: `mapo_ragged` against MAPO decides whether the T_min cut or
 is better there. The warm start is built at the tight setting; the long plan starts from it too
 (the format and the table's reading carry over; the pool and budget are new to it).
 
+`hidden_tight_plan`: the tight setting with the table hidden, so the model must know the facts it asks
+about (issue 60 compares SmolLM2 and Gemma 3 270M with and without it: experiments/models/side_by_side.sh).
+
 `table_chance_plan`: the tight setting with `need: chance` instead of bits and forfeits (the
 distance is the best questioner's chance of failing from here, so a reply that wastes the budget
 costs on its own turn): whether MAPO still learns to stall when the reward it reads turn by turn
@@ -33,17 +36,18 @@ SEEDS = [0, 1, 2, 3, 4]
 WARM_START = "runs/game-table-warm/sft/final"  # build_warm_start.sh's model
 
 
-def table_options(pool_size: int, replies: int, need: str = "bits") -> dict[str, Any]:
-    """The game's options at one setting: the table and the budget shown; on bits, losses forfeited
-    (`need: chance` charges a lost game itself)."""
-    shown = {"pool_size": pool_size, "max_turns": replies, "show_table": True, "show_turns_left": True}
+def table_options(pool_size: int, replies: int, need: str = "bits", show_table: bool = True) -> dict[str, Any]:
+    """The game's options at one setting: the table (unless `show_table` is off) and the budget shown;
+    on bits, losses forfeited (`need: chance` charges a lost game itself)."""
+    shown = {"pool_size": pool_size, "max_turns": replies, "show_table": show_table, "show_turns_left": True}
     if need == "chance":
         return {**shown, "need": "chance"}
     return {**shown, "forfeit_on_failure": True, "forfeit_on_timeout": True}
 
 
-def _plan(name: str, pool_size: int, replies: int, steps: int, need: str = "bits") -> AblationPlan:
-    options = table_options(pool_size, replies, need)
+def _plan(name: str, pool_size: int, replies: int, steps: int, need: str = "bits",
+          show_table: bool = True) -> AblationPlan:
+    options = table_options(pool_size, replies, need, show_table)
     flow = ", ".join(f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in options.items())
     train = [
         "env.name=twenty-questions",
@@ -71,6 +75,12 @@ def table_tight_plan() -> AblationPlan:
 def table_long_plan() -> AblationPlan:
     """Pool 32, 7 replies: the same grid at the longer horizon."""
     return _plan("game-table-long", 32, 7, steps=40)
+
+
+def hidden_tight_plan() -> AblationPlan:
+    """Pool 8, 5 replies with the table hidden (the candidates listed, their attributes not): the
+    same grid, for a model's own knowledge of the facts (issue 60)."""
+    return _plan("game-hidden-tight", 8, 5, steps=40, show_table=False)
 
 
 def table_chance_plan() -> AblationPlan:

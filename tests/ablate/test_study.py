@@ -134,6 +134,17 @@ def test_the_library_keeps_templates_and_the_studies_plans_resolve_from_their_ex
         plan_for("gone")
 
 
+def test_the_game_plans_show_the_table_or_hide_it_in_training_and_evaluation_alike():
+    shown = plan_for("experiments.game_table.plan:table_tight_plan")
+    hidden = plan_for("experiments.game_table.plan:hidden_tight_plan")
+    for plan, show in ((shown, True), (hidden, False)):
+        assert plan.eval.env_options["show_table"] is show
+        assert f"show_table: {str(show).lower()}" in next(o for o in plan.train if o.startswith("env.options="))
+        assert load_config(overrides=plan.train).env.options["show_table"] is show  # what a unit trains on
+    assert {**hidden.to_dict(), "eval": None, "train": None, "name": None} == {
+        **shown.to_dict(), "eval": None, "train": None, "name": None}  # the same grid otherwise
+
+
 def test_options_override_the_named_plan_and_plan_fields_go_through_set(tmp_path):
     plan = plan_for("study", variants=["mapo-idr", "turn-idr"], seeds=3, steps=4,
                     overrides=["eval.samples=1", "benchmarks.limit=5", "rollout.max_turns=8", "curve.every=2"],
