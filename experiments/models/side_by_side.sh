@@ -21,7 +21,9 @@ mkdir -p "$OUT"
 if [ "$MODEL" != embedded ]; then
     SMOL_EVAL=runs/empathy-again/evals/base
     [ -f "$SMOL_EVAL/eval.json" ] || { echo "$SMOL_EVAL is missing: run experiments/empathy_warm/again.sh first" >&2; exit 1; }
-    if [ ! -d "$OUT/empathy-sft/final" ]; then
+    if [ -d "$OUT/empathy-sft" ] && [ ! -d "$OUT/empathy-sft/final" ]; then
+        mapo sft --resume "$OUT/empathy-sft"
+    elif [ ! -d "$OUT/empathy-sft/final" ]; then
         mapo sft --data mapo/data/sft/empathy/train.jsonl --eval-data mapo/data/sft/empathy/heldout.jsonl \
             --set sft.epochs=2 --set sft.lr=5e-4 --set threads=1 --set policy.model="$MODEL" --output "$OUT/empathy-sft"
     fi
