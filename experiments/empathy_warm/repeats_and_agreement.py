@@ -3,6 +3,7 @@
     python experiments/empathy_warm/repeats_and_agreement.py reask docs/blind/empathy-warm-s* [--out FILE]
     python experiments/empathy_warm/repeats_and_agreement.py agreement docs/blind/empathy-warm-s* \
         [--full docs/blind/empathy-warm-s3:mapo=docs/study/empathy-warm-rebuilt/evals/mapo-idr-s3 ...] [--out FILE]
+    python experiments/empathy_warm/repeats_and_agreement.py paid runs/empathy-again/evals/*-s0 [--out FILE]
 
 `reask`: per set and run, the share of listener replies that re-ask a question already asked
 in the dialogue, by meaning (the offline judge's repeats.py) and by prefix (the monitor's
@@ -16,6 +17,10 @@ kept as written (`mapo.evaluate.rescore`), and how often EPM-Q then orders a dec
 reader did, beside the figure the key records; per set and pooled; then each run's mean EPM-Q
 both ways, the first --versus run minus the second by set. --full SET:LABEL=TRANSCRIPTS
 replays that run's dialogues in full (as its evaluation scored them) instead of as the rater read them.
+
+`paid`: where the judge's progress went in an evaluation (a `mapo eval` folder or its transcripts):
+re-asked questions, other repeated moves and fresh replies, each class's progress a reply and share
+of all the progress paid (a repeat is refused progress on its own axis, not on the others).
 """
 
 from __future__ import annotations
@@ -85,15 +90,55 @@ def agreement(paths: list[Path], full: list[str], versus: list[str]) -> dict[str
     return {"sets": results, "pooled": pool, "versus": versus, "epmq_by_set": by_set}
 
 
+def paid(paths: list[Path]) -> dict[str, Any]:
+    """Where the judge's progress went, per evaluation (its transcripts keep each turn's levels): replies
+    that re-ask a question (by meaning), replies with another repeated move, and fresh replies; per class
+    the replies, the mean progress and penalty a reply (levels summed over the three axes), the share paid
+    any progress, and the class's share of all progress paid."""
+    from mapo.evaluate.reask import reply_repeats
+
+    result: dict[str, Any] = {}
+    print("| evaluation | class | replies | progress a reply | penalty a reply | paid any progress | share of all progress |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for path in paths:
+        file = path / "transcripts.jsonl" if path.is_dir() else path
+        classes = {name: {"replies": 0, "progress": 0, "penalty": 0, "paid": 0} for name in ("re-asked", "other repeat", "fresh")}
+        for line in file.read_text(encoding="utf-8").splitlines():
+            turns = json.loads(line)["turns"]
+            replies = [turn["response"] for turn in turns]
+            for n, turn in enumerate(turns):
+                found = reply_repeats(turn["response"], replies[:n])
+                c = classes["re-asked" if found.by_meaning else "other repeat" if found.kinds else "fresh"]
+                progress = sum(v for k, v in turn["levels"].items() if k.endswith("_prog"))
+                c["replies"] += 1
+                c["progress"] += progress
+                c["penalty"] += sum(v for k, v in turn["levels"].items() if k.endswith("_neg"))
+                c["paid"] += progress > 0
+        total = sum(c["progress"] for c in classes.values()) or 1
+        for name, c in classes.items():
+            n = c["replies"] or 1
+            c.update(progress_a_reply=c["progress"] / n, penalty_a_reply=c["penalty"] / n, paid_share=c["paid"] / n,
+                     share_of_progress=c["progress"] / total)
+            print(f"| {path} | {name} | {c['replies']} | {c['progress_a_reply']:.2f} | {c['penalty_a_reply']:.2f} "
+                  f"| {100 * c['paid_share']:.0f} % | {100 * c['share_of_progress']:.0f} % |")
+        result[str(path)] = classes
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("measure", choices=("reask", "agreement"))
+    parser.add_argument("measure", choices=("reask", "agreement", "paid"))
     parser.add_argument("sets", nargs="+", type=Path)
     parser.add_argument("--versus", nargs=2, default=["mapo", "grpo"], metavar=("RUN", "AGAINST"))
     parser.add_argument("--full", action="append", default=[], metavar="SET:LABEL=TRANSCRIPTS")
     parser.add_argument("--out", type=Path, help="Also write the figures to this JSON file.")
     args = parser.parse_args()
-    result = reask(args.sets, args.versus) if args.measure == "reask" else agreement(args.sets, args.full, args.versus)
+    if args.measure == "reask":
+        result = reask(args.sets, args.versus)
+    elif args.measure == "agreement":
+        result = agreement(args.sets, args.full, args.versus)
+    else:
+        result = paid(args.sets)
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
         print(f"Figures: {args.out}")
