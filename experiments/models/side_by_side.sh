@@ -7,7 +7,7 @@
 # SmolLM2's (`mapo sft` on the 108 dialogues, 2 epochs at 5e-4, one thread), its held-out evaluation
 # with --plan empathy-warm's settings (12 test cards x 2 dialogues x 13 turns, seed 0), and a blind
 # set against SmolLM2's warm start evaluated the same way (runs/empathy-again/evals/base), written to
-# docs/blind/models-<name>-vs-smollm2 with its key moved to runs/blind-keys/ until the ratings are in.
+# docs/blind/<basename of OUT>-vs-smollm2 with its key moved to runs/blind-keys/ until the ratings are in.
 # Game (TABLES, default "true false"): the weak warm start at the tight setting with the table shown
 # or hidden (experiments/game_table/build_warm_start.sh), then MAPO from it at seeds 0 and 1, 10
 # steps (`table_tight_plan` or `hidden_tight_plan`). SmolLM2 with the table is the table study's own
