@@ -3,7 +3,7 @@
     python experiments/empathy_warm/repeats_and_agreement.py reask docs/blind/empathy-warm-s* [--out FILE]
     python experiments/empathy_warm/repeats_and_agreement.py agreement docs/blind/empathy-warm-s* \
         [--full docs/blind/empathy-warm-s3:mapo=docs/study/empathy-warm-rebuilt/evals/mapo-idr-s3 ...] [--out FILE]
-    python experiments/empathy_warm/repeats_and_agreement.py paid runs/empathy-again/evals/*-s0 [--out FILE]
+    python experiments/empathy_warm/repeats_and_agreement.py paid docs/study/empathy-again/evals/*-s[01] [--out FILE]
 
 `reask`: per set and run, the share of listener replies that re-ask a question already asked
 in the dialogue, by meaning (the offline judge's repeats.py) and by prefix (the monitor's
@@ -18,7 +18,7 @@ reader did, beside the figure the key records; per set and pooled; then each run
 both ways, the first --versus run minus the second by set. --full SET:LABEL=TRANSCRIPTS
 replays that run's dialogues in full (as its evaluation scored them) instead of as the rater read them.
 
-`paid`: where the judge's progress went in an evaluation (a `mapo eval` folder or its transcripts):
+`paid`: where the judge's progress went in an evaluation (a `mapo eval` folder, an exported one, or its transcripts):
 re-asked questions, other repeated moves and fresh replies, each class's progress a reply and share
 of all the progress paid (a repeat is refused progress on its own axis, not on the others).
 """
@@ -96,14 +96,15 @@ def paid(paths: list[Path]) -> dict[str, Any]:
     the replies, the mean progress and penalty a reply (levels summed over the three axes), the share paid
     any progress, and the class's share of all progress paid."""
     from mapo.evaluate.reask import reply_repeats
+    from mapo.validation import compressed_or_plain, text_of
 
     result: dict[str, Any] = {}
     print("| evaluation | class | replies | progress a reply | penalty a reply | paid any progress | share of all progress |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for path in paths:
-        file = path / "transcripts.jsonl" if path.is_dir() else path
+        file = compressed_or_plain(path, "transcripts.jsonl") if path.is_dir() else path
         classes = {name: {"replies": 0, "progress": 0, "penalty": 0, "paid": 0} for name in ("re-asked", "other repeat", "fresh")}
-        for line in file.read_text(encoding="utf-8").splitlines():
+        for line in text_of(file).splitlines():
             turns = json.loads(line)["turns"]
             replies = [turn["response"] for turn in turns]
             for n, turn in enumerate(turns):
