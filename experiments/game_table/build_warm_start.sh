@@ -22,8 +22,15 @@ SHOW_TABLE=${4:-true}
 GAME=(--env-option pool_size=8 --env-option max_turns=5 --env-option show_table="$SHOW_TABLE" --env-option show_turns_left=true
       --env-option forfeit_on_failure=true --env-option forfeit_on_timeout=true)
 mkdir -p "$OUT"
-mapo env demos twenty-questions --player "$PLAYER" --games 160 --split train --seed 0 "${GAME[@]}" --out "$OUT/demos.jsonl"
-mapo sft --data "$OUT/demos.jsonl" --set sft.epochs=1 --set sft.lr=1e-3 --set threads=1 --set seed=0 --set policy.model="$MODEL" --output "$OUT/sft"
-mapo eval --model "$OUT/sft" --env twenty-questions --scenarios test --samples 8 --max-turns 5 --seed 0 \
+# Resumable: a finished step is skipped, an interrupted SFT resumes from its last checkpoint.
+[ -f "$OUT/demos.jsonl" ] || mapo env demos twenty-questions --player "$PLAYER" --games 160 --split train --seed 0 "${GAME[@]}" \
+    --out "$OUT/demos.jsonl"
+if [ -d "$OUT/sft" ] && [ ! -d "$OUT/sft/final" ]; then
+    mapo sft --resume "$OUT/sft"
+elif [ ! -d "$OUT/sft/final" ]; then
+    mapo sft --data "$OUT/demos.jsonl" --set sft.epochs=1 --set sft.lr=1e-3 --set threads=1 --set seed=0 --set policy.model="$MODEL" \
+        --output "$OUT/sft"
+fi
+[ -f "$OUT/eval/eval.json" ] || mapo eval --model "$OUT/sft" --env twenty-questions --scenarios test --samples 8 --max-turns 5 --seed 0 \
     "${GAME[@]}" --output "$OUT/eval"
 python experiments/game_table/summarize.py "$OUT/eval" "$OUT/warm_start_eval.json"
