@@ -186,6 +186,9 @@ def test_a_new_move_beside_a_repeated_one_keeps_its_own_progress(cards):
         k: alone.levels[k] for k in ("C_prog", "A_prog", "P_prog")
     }
     assert "repeats" in both.info and "asks again" in both.info["repeats"][0]
+    # the new move keeps its pay, but the question asked again still costs: they were not heard
+    assert alone.levels["A_neg"] == 0 and both.levels["A_neg"] == -1, (alone.levels, both.levels)
+    assert "asks again" in both.evidence["A_neg"]
 
 
 def test_the_monitors_question_stems_miss_questions_asked_again_in_other_words():

@@ -29,7 +29,8 @@ Read the whole conversation for moves the assistant already made. A move made
 again earns no progress on its axis, however it is reworded: a question already
 asked, the same reflection, validation or reassurance again, the same opening
 formula turn after turn. Only what is new in the latest reply can be progress, and
-a reply with nothing new is routine empathy (A_neg -1). A reply that writes out
+a reply with nothing new is routine empathy (A_neg -1), as is one that asks again a
+question already asked, whatever it adds: the person hears they were not listened to. A reply that writes out
 actions instead of speaking ("*nods slowly*", "(takes your hand)") performs
 empathy: no progress, A_neg -1. Surface form never beats substance: warm words
 that miss the person earn nothing.

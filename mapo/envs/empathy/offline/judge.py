@@ -47,7 +47,9 @@ that reuses their words without sense. It is *grounded* when grounding >= GROUND
   statement it already made (the same reflection, validation or reassurance), an opening formula
   used turn after turn. The reply's levels of progress are those of its new sentences alone (never
   above the whole reply's), its negative levels the whole reply's, and a reply whose new part
-  earns nothing gets A_neg -1 (the same routine again).
+  earns nothing gets A_neg -1 (the same routine again), as does any reply that asks a question
+  again, new matter beside it or not (a re-asked reply was still paid on its other axes, and MAPO
+  re-asked in 37 % of its replies at issue 59's seed 2).
 - P_neg -2: moralising, blaming or guilt-tripping ("your own fault", "be grateful",
   "family comes first"). P_neg -1: pressure ("you need to", "you should", "just tell
   them").
@@ -122,7 +124,8 @@ def _without_repeats(
     context: JudgeContext, f: Features, found: list[Repeat], levels: dict[str, int], evidence: dict[str, str]
 ) -> tuple[dict[str, int], dict[str, str]]:
     """Progress only for what the reply says that is new (`found` are its repeats); its negative
-    levels stand, and a reply whose new part earns nothing is the same routine again (A_neg -1)."""
+    levels stand, and a reply whose new part earns nothing, or that asks a question again, is the
+    same routine again (A_neg -1)."""
     fresh = fresh_text(f.sentences, found)
     if fresh.strip():
         new_levels, new_evidence = levels_from_features(extract_features(context, fresh), context.deepest_axis)
@@ -135,8 +138,10 @@ def _without_repeats(
             ev[key] = new_evidence[key]
         else:
             ev.pop(key, None)
-    if not any(out[key] for key in PROGRESS_KEYS) and out["A_neg"] == 0:
-        out["A_neg"], ev["A_neg"] = -1, found[0].evidence()
+    # A question they already answered tells them they were not heard, whatever else the reply says.
+    asked = [r for r in found if r.kind == "question"]
+    if out["A_neg"] == 0 and (asked or not any(out[key] for key in PROGRESS_KEYS)):
+        out["A_neg"], ev["A_neg"] = -1, (asked or found)[0].evidence()
     return out, ev
 
 

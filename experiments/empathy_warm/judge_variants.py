@@ -1,17 +1,19 @@
-"""A judge round tried and not kept (issue 59, twenty-first session): would the offline judge agree
-with blind readers if degenerate replies (word salad, invented people, loops, fragments, ...) took the
-heaviest penalties, C_neg -2, A_neg -2 and P_neg -1, instead of -1 on C or A? Usage:
+"""Judge rounds tried against issue 59's blind readers (twenty-first session), each a change to the
+offline judge's levels applied over today's rules, measured before any is kept. Usage:
 
-    python experiments/empathy_warm/heavier_degenerate.py agreement [--heavier] docs/blind/empathy-again-s0 ...
-    python experiments/empathy_warm/heavier_degenerate.py calibrate [--heavier] [SPLIT ...]
+    python experiments/empathy_warm/judge_variants.py agreement [--variant V] docs/blind/empathy-again-s0 ...
+    python experiments/empathy_warm/judge_variants.py calibrate [--variant V] [SPLIT ...]
+
+Variants (default `today`, the judge as it is):
+- `heavier`: a degenerate reply (word salad, invented people, loop, fragment, ...) takes the heaviest
+  penalties, C_neg -2, A_neg -2 and P_neg -1, instead of -1 on C or A;
+(`reask-costs`, a question asked again costing A_neg -1 beside new matter, was measured here the
+same way and then became the judge's rule: the figures before it are in docs/results.md.)
 
 `agreement`: each blind set's dialogues scored again (`mapo.evaluate.rescore`), how often EPM-Q
 orders a decisive pair as the reader did. `calibrate`: the judge's pairwise accuracy on the labelled
 exemplars (`mapo env calibrate`'s figures; default splits calibration, heldout, adversarial, blind,
-policy). Without --heavier: today's judge. Measured (docs/results.md, twenty-first session): on the
-sets it was chosen on (empathy-again s0-s1) 31 of 48 against 24; on sets it never saw, empathy-warm
-s0-s4 78 of 109 against 76 and empathy-again-s2 16 of 20 against 14; but the exemplars' pairwise
-accuracy fell, adversarial 0.936 -> 0.600, blind 0.789 -> 0.754, held-out 0.942 -> 0.926. Not kept.
+policy). The figures of each variant, and which was kept: docs/results.md, twenty-first session.
 """
 
 from __future__ import annotations
@@ -39,10 +41,10 @@ def _heavier_levels(f: Any, deepest_axis: str) -> tuple[dict[str, int], dict[str
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=("agreement", "calibrate"))
-    parser.add_argument("--heavier", action="store_true", help="degenerate replies take C_neg -2, A_neg -2, P_neg -1")
+    parser.add_argument("--variant", choices=("today", "heavier"), default="today")
     parser.add_argument("paths", nargs="*", help="blind sets (agreement) or exemplar splits (calibrate)")
     args = parser.parse_intermixed_args()
-    if args.heavier:  # the judge's own rules, then the heavier levels; `score` calls it through the module
+    if args.variant == "heavier":  # over the judge's own rules; `score` looks it up in the module at each call
         offline_judge.levels_from_features = _heavier_levels
     if args.what == "agreement":
         from mapo.evaluate.rescore import pooled, rescore_set
