@@ -30,9 +30,9 @@ again earns no progress on its axis, however it is reworded: a question already
 asked, the same reflection, validation or reassurance again, the same opening
 formula turn after turn. Only what is new in the latest reply can be progress, and
 a reply with nothing new is routine empathy (A_neg -1), as is one that asks again a
-question already asked, whatever it adds: the person hears they were not listened to. A reply that writes out
-actions instead of speaking ("*nods slowly*", "(takes your hand)") performs
-empathy: no progress, A_neg -1. Surface form never beats substance: warm words
+question already asked, whatever it adds: the person hears they were not listened
+to. A reply that writes out actions instead of speaking ("*nods slowly*", "(takes
+your hand)") performs empathy: no progress, A_neg -1. Surface form never beats substance: warm words
 that miss the person earn nothing.
 Incoherent text is never progress, however many of the person's own words it
 reuses: word salad, a phrase or sentence said again within the reply, the

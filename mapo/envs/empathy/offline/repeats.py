@@ -20,8 +20,9 @@ of the earlier replies used: one that builds on an earlier reflection with new m
 stayed home and stayed away; you could go to Carla and ask ...", cosine 0.71 to an earlier line
 about Carla, six new words) says something new. (A question reworded brings new words by
 definition, so questions have no such test.) Sentences under MIN_SENTENCE_WORDS words are left alone ("I see."). The judge scores what
-is left of the reply (`fresh_text`): progress comes only from what is new, and a reply with
-nothing new earns nothing (the judge adds A_neg -1: the same routine again), and a question asked again costs A_neg -1 whatever is new beside it.
+is left of the reply (`fresh_text`): progress comes only from what is new; a reply with nothing
+new earns nothing and, like a reply that asks a question again whatever is new beside it, costs
+A_neg -1 (the same routine again).
 
 The reward-hacking monitor's `mapo.degeneracy.reasked_question` counts only questions that open
 with the same four words; `tests/envs/empathy/test_repetition.py` measures what it misses.
