@@ -8,7 +8,7 @@ Variants (default `today`, the judge as it is):
 - `heavier`: a degenerate reply (word salad, invented people, loop, fragment, ...) takes the heaviest
   penalties, C_neg -2, A_neg -2 and P_neg -1, instead of -1 on C or A;
 (`reask-costs`, a question asked again costing A_neg -1 beside new matter, was measured here the
-same way and then became the judge's rule: the figures before it are in docs/results.md.)
+same way and then became the judge's rule in f6a51db: `today` before that commit gives the figures before it.)
 
 `agreement`: each blind set's dialogues scored again (`mapo.evaluate.rescore`), how often EPM-Q
 orders a decisive pair as the reader did. `calibrate`: the judge's pairwise accuracy on the labelled
