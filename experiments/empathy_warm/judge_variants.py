@@ -47,6 +47,7 @@ SPLITS = ("calibration", "heldout", "adversarial", "blind", "policy")
 _levels_today = offline_judge.levels_from_features
 _repeats_today = offline_judge.repeated_moves
 _features_today = offline_judge.extract_features
+_score_today = offline_judge.OfflineJudge.score
 
 
 def _features_idiom_read(context: JudgeContext, response: str) -> Any:
@@ -80,7 +81,7 @@ def _phrase_repeats(context: JudgeContext) -> Any:
 
     def repeated_moves(reply_sentences: list[str], own_turns: list[str]) -> list[Repeat]:
         found = _repeats_today(reply_sentences, own_turns)
-        theirs = set().union(set(), *(_runs(t) for t in context.user_turns))
+        theirs = set().union(*(_runs(t) for t in context.user_turns))
         earlier = {r: s for turn in own_turns for s in sentences(turn) for r in _runs(s)}
         flagged = {r.sentence for r in found}
         for sentence in reply_sentences:
@@ -100,9 +101,6 @@ def _score_with_phrases(self: Any, context: JudgeContext, response: str) -> Any:
         return _score_today(self, context, response)
     finally:
         offline_judge.repeated_moves = _repeats_today
-
-
-_score_today = offline_judge.OfflineJudge.score
 
 
 def main() -> None:
