@@ -14,13 +14,10 @@ Variants (default `today`, the judge as it is):
   is the reader's in 115 of 186 decisive pairs, where the recorded EPM-Q orders 117 of 201. As a
   judge rule on those nine sets it orders 117 of 201, today's judge 126; fixed before the ratings of
   empathy-reask-s1, the set it is then tested on once;
-- `idiom`: "it's a shame" / "what a shame" is read as what it means, "a pity": it names no feeling, so
-  it is not the unstated deep feeling *shame* that pays A_prog 2 (MAPO's re-ask study seed 0, `runs/
-  empathy-reask`: the idiom in 11.6 % of its held-out replies, paid A_prog 2 in 17 of them: "it's a shame
-  for a cousin to want to be pushed through"); found in transcripts, fixed before the ratings of
-  empathy-reask-s1. On the nine rated sets: 128 of 201 against today's 126, every exemplar split unchanged;
-(`reask-costs`, a question asked again costing A_neg -1 beside new matter, was measured here the
-same way and then became the judge's rule in f6a51db: `today` before that commit gives the figures before it.)
+Two rounds measured here the same way then became the judge's rules, and `today` before their
+commits gives the figures before them: `reask-costs`, a question asked again costing A_neg -1 beside
+new matter (f6a51db), and `idiom`, "it's a shame" read as "a pity", which names no feeling
+(`judge_lexicon.read_idioms`, twenty-third session, after issue 59's re-ask study trained).
 
 `agreement`: each blind set's dialogues scored again (`mapo.evaluate.rescore`), how often EPM-Q
 orders a decisive pair as the reader did. `calibrate`: the judge's pairwise accuracy on the labelled
@@ -31,7 +28,6 @@ policy). The figures of each variant, and which was kept: docs/results.md, twent
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 from typing import Any
 
@@ -42,16 +38,10 @@ from mapo.text import STOPWORDS, sentences, words
 
 HEAVIER = {"C_neg": -2, "A_neg": -2, "P_neg": -1}
 PHRASE_WORDS = 3
-SHAME_IDIOM = re.compile(r"\b(it's|it is|that's|that is|is|was|be|what)\s+(a|such a)\s+((?:real|great|big)\s+)?shame\b", re.IGNORECASE)
 SPLITS = ("calibration", "heldout", "adversarial", "blind", "policy")
 _levels_today = offline_judge.levels_from_features
 _repeats_today = offline_judge.repeated_moves
-_features_today = offline_judge.extract_features
 _score_today = offline_judge.OfflineJudge.score
-
-
-def _features_idiom_read(context: JudgeContext, response: str) -> Any:
-    return _features_today(context, SHAME_IDIOM.sub(lambda m: f"{m[1]} {m[2]} {m[3] or ''}pity", response))
 
 
 def _heavier_levels(f: Any, deepest_axis: str) -> tuple[dict[str, int], dict[str, str]]:
@@ -106,15 +96,13 @@ def _score_with_phrases(self: Any, context: JudgeContext, response: str) -> Any:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=("agreement", "calibrate"))
-    parser.add_argument("--variant", choices=("today", "heavier", "phrase", "idiom"), default="today")
+    parser.add_argument("--variant", choices=("today", "heavier", "phrase"), default="today")
     parser.add_argument("paths", nargs="*", help="blind sets (agreement) or exemplar splits (calibrate)")
     args = parser.parse_intermixed_args()
     if args.variant == "heavier":  # over the judge's own rules; `score` looks it up in the module at each call
         offline_judge.levels_from_features = _heavier_levels
     if args.variant == "phrase":
         offline_judge.OfflineJudge.score = _score_with_phrases  # type: ignore[method-assign]
-    if args.variant == "idiom":
-        offline_judge.extract_features = _features_idiom_read
     if args.what == "agreement":
         from mapo.evaluate.rescore import pooled, rescore_set
 

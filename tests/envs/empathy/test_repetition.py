@@ -14,8 +14,6 @@ import pytest
 
 from mapo import degeneracy
 from mapo.envs.dynamics import levels_to_vector
-from mapo.envs.empathy.cards import ScenarioCard, bundled_scenarios
-from mapo.envs.empathy.offline.features import JudgeContext
 from mapo.envs.empathy.offline.judge import OfflineJudge
 from mapo.envs.empathy.offline.repeats import repeated_moves
 
@@ -123,30 +121,6 @@ FAMILIES: dict[str, list[tuple[str, list[str], list[str], str, str]]] = {
 }
 
 
-@pytest.fixture(scope="module")
-def cards():
-    return {s.id: s for s in bundled_scenarios("all")}
-
-
-def _context(cards, sid: str, said: list[str], before: list[str]) -> JudgeContext:
-    card = ScenarioCard.model_validate(cards[sid].card)
-    # their messages interleaved with the listener's earlier replies, the last message theirs
-    history = []
-    for k, user in enumerate(said[-len(before) - 1 :] if before else said):
-        history.append({"role": "user", "content": user})
-        if k < len(before):
-            history.append({"role": "assistant", "content": before[k]})
-    return JudgeContext(
-        situation=card.situation,
-        cues={"C": card.cues.understanding, "A": card.cues.validation, "P": card.cues.empowerment},
-        user_turns=[m["content"] for m in history if m["role"] == "user"],
-        own_turns=list(before),
-        deepest_axis="A",
-        background=card.background(),
-        history=history,
-    )
-
-
 def _projection(levels, p0) -> float:
     p0 = np.asarray(p0, dtype=float)
     return float(np.dot(levels_to_vector(levels), -p0 / np.linalg.norm(p0)))
@@ -156,9 +130,9 @@ CASES = [(family, *case) for family, cases in FAMILIES.items() for case in cases
 
 
 @pytest.mark.parametrize("family, sid, said, before, repeated, fresh", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
-def test_a_repeated_move_earns_nothing_and_ranks_below_a_fresh_reply(cards, family, sid, said, before, repeated, fresh):
+def test_a_repeated_move_earns_nothing_and_ranks_below_a_fresh_reply(cards, judge_context, family, sid, said, before, repeated, fresh):
     judge = OfflineJudge()
-    ctx = _context(cards, sid, said, before)
+    ctx = judge_context(sid, said, before)
     got, new = judge.score(ctx, repeated), judge.score(ctx, fresh)
     assert not any(got.levels[k] for k in ("C_prog", "A_prog", "P_prog")), (got.levels, got.evidence)
     assert got.levels["A_neg"] <= -1, (got.levels, got.evidence)
@@ -166,20 +140,20 @@ def test_a_repeated_move_earns_nothing_and_ranks_below_a_fresh_reply(cards, fami
     assert _projection(new.levels, p0) > max(0.0, _projection(got.levels, p0)), (new.levels, new.evidence)
 
 
-def test_the_fresh_replies_are_paid_where_nothing_is_repeated(cards):
+def test_the_fresh_replies_are_paid_where_nothing_is_repeated(judge_context):
     """The fresh replies above earn progress when scored with the same history: the rule takes
     away only what was said before."""
     judge = OfflineJudge()
     for family, sid, said, before, _, fresh in CASES:
-        got = judge.score(_context(cards, sid, said, before), fresh)
+        got = judge.score(judge_context(sid, said, before), fresh)
         assert any(got.levels[k] for k in ("C_prog", "A_prog", "P_prog")), (family, sid, got.levels)
 
 
-def test_a_new_move_beside_a_repeated_one_keeps_its_own_progress(cards):
+def test_a_new_move_beside_a_repeated_one_keeps_its_own_progress(judge_context):
     judge = OfflineJudge()
     family, sid, said, before, repeated, _ = CASES[0]
     new = "Keeping count isn't petty; it's how you noticed the palette, the error screens and the onboarding flow were yours."
-    ctx = _context(cards, sid, said, before)
+    ctx = judge_context(sid, said, before)
     both, alone = judge.score(ctx, f"{new} {repeated}"), judge.score(ctx, new)
     assert any(alone.levels[k] for k in ("C_prog", "A_prog", "P_prog"))
     assert {k: both.levels[k] for k in ("C_prog", "A_prog", "P_prog")} == {

@@ -19,6 +19,7 @@ Progress levels, 0, 1 or 2:
   accurate paraphrase, a precise question). 2: a genuine reframe that fits the facts.
 - A_prog 1: validates a feeling the person stated, tied to its cause. 2: resonates
   with a feeling they have not named but that their story supports.
+  An idiom is not a feeling: "it's a shame" means "a pity" and names no shame.
 - P_prog 1: affirms a real strength or offers one concrete, fitting suggestion.
   2: genuine empowerment: recognises their agency and values and hands the choice back.
 Harm levels, 0, -1 or -2 (-2 = clearly harmful):

@@ -75,6 +75,7 @@ from mapo.envs.empathy.offline.judge_lexicon import (
     SUGGESTION,
     TEMPLATE_EXEMPLARS,
     WEIGHING,
+    read_idioms,
 )
 from mapo.text import QUOTED, content_stems, sentences, stem, words
 
@@ -286,6 +287,7 @@ class ReplyParts:
 
 def extract_features(context: JudgeContext, response: str) -> Features:
     """Measure one reply against its context (see the module docstring for each feature)."""
+    response = read_idioms(response)  # an idiom's feeling word ("it's a shame") names no feeling
     parts = ReplyParts.of(context, response)
     sents, directives, talk = parts.sents, parts.directives, parts.talk
     context_sents, cue_texts = parts.context_sents, parts.cues

@@ -22,7 +22,8 @@ that reuses their words without sense. It is *grounded* when grounding >= GROUND
   cue[C] >= CUE_C1, the C1 exemplar, or two shared stems in a paraphrase (a talk sentence
   with cosine >= PARAPHRASE to one of theirs): their nouns in a misreading are not understanding.
 - A_prog 2: grounded, a hedged unstated feeling, an unstated *deep* one (shame, grief,
-  fear, feeling invisible: what lies under the stated anger or sadness), or a resonance
+  fear, feeling invisible: what lies under the stated anger or sadness; an idiom such as "it's a
+  shame" is read as "a pity" and names none), or a resonance
   phrase / A2 exemplar with an unstated feeling, and cue[A] >= CUE_A2 (or, for a deep one,
   grounding >= DEEP_GROUNDED). A_prog 1: grounded and a feeling
   word, a validating phrase ("makes sense", "no wonder") or the A1 exemplar.

@@ -414,6 +414,17 @@ DEEP_FEELINGS = frozenset(
     lonely loneliness excluded burden""".split()
 )
 
+# Idioms that carry a feeling word without naming the feeling: "(it's) a shame" means "a pity", not the
+# deep feeling shame above, which takes no article (issue 59's re-ask study: MAPO was paid A_prog 2 for
+# the idiom in 17 replies at seed 0, "it's a shame for a cousin to want to be pushed through").
+SHAME_IDIOM = re.compile(r"\b(a|such a)\s+((?:real|great|big|terrible|crying)\s+)?shame\b", re.IGNORECASE)
+
+
+def read_idioms(text: str) -> str:
+    """`text` with each feeling idiom put as what it means ("it's a shame" -> "it's a pity")."""
+    return SHAME_IDIOM.sub(lambda m: f"{m[1]} {m[2] or ''}pity", text)
+
+
 # Topic-free examples of each move, for the semantic part of the judge.
 AXIS_EXEMPLARS = {
     "C1": [
