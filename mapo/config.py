@@ -221,6 +221,8 @@ def _merge(base: dict[str, Any], update: Any, cls: type, where: str) -> None:
     if cls is TrainConfig and "tensorboard" in update:  # run folders written before report_to have it
         update = dict(update)
         legacy = update.pop("tensorboard")
+    if cls is RolloutSpec:
+        update = _without_retired_engine(update)
     types = _section_types(cls)
     for key, value in update.items():
         dotted = f"{where}.{key}" if where else str(key)
@@ -241,6 +243,16 @@ def _merge(base: dict[str, Any], update: Any, cls: type, where: str) -> None:
 
 
 _NOT_SET = object()
+# the llama.cpp engine's settings, in run folders and plans written before vLLM replaced it
+RETIRED_ROLLOUT_KEYS = ("llamacpp", "continuous")
+
+
+def _without_retired_engine(update: dict[str, Any]) -> dict[str, Any]:
+    """A rollout section without the retired llama.cpp engine's keys; `engine: llamacpp` reads as auto."""
+    kept = {k: v for k, v in update.items() if k not in RETIRED_ROLLOUT_KEYS}
+    if kept.get("engine") == "llamacpp":
+        kept["engine"] = "auto"
+    return kept
 
 
 def _merged_free_form(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:

@@ -33,8 +33,8 @@ class LossSpec:
     eps_low: float = 0.2
     eps_high: float = 0.28
     kl_beta: float = 0.0
-    # truncated importance sampling: a rollout engine other than the trainer's own model (llamacpp)
-    # samples from a behaviour policy b; each token's loss is weighted by min(pi_old / b, tis_cap)
+    # truncated importance sampling: a rollout engine (vllm, or hf's generate) samples with its
+    # own numerics, a behaviour policy b; each token's loss is weighted by min(pi_old / b, tis_cap)
     tis_cap: float = 2.0
 
     def __post_init__(self) -> None:
@@ -56,7 +56,7 @@ class TrainSequence:
     trained: list[bool]
     advantages: list[float]
     old_logprobs: list[float]
-    # the sampler's log-probs when it was not the trainer's model (the llamacpp engine); old_logprobs
+    # the sampler's log-probs (the rollout engine's: vllm's, generate's); old_logprobs
     # are then the trainer's own, and the loss is importance-weighted by min(old / behaviour, cap)
     behaviour_logprobs: list[float] | None = None
 

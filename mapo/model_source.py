@@ -248,8 +248,8 @@ def tiny_model(tokenizer: Any, seed: int = 0, hidden_size: int = 64, layers: int
         hidden_size=hidden_size,
         intermediate_size=2 * hidden_size,
         num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=2,  # head size 32: the smallest vLLM's CPU attention kernels take
+        num_key_value_heads=1,
         max_position_embeddings=4096,
         tie_word_embeddings=True,
         bos_token_id=tokenizer.bos_token_id,

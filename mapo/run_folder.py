@@ -102,11 +102,12 @@ class RunFolder:
     def log_transcripts(self, records: Iterable[dict[str, Any]]) -> None:
         self._append(self.transcripts_path, records)
 
-    def log_provenance(self, step: int) -> None:
-        """What this start (step 0) or resume (from `step`) runs on: a resume on another install is on record."""
+    def log_provenance(self, step: int, **extra: Any) -> None:
+        """What this start (step 0) or resume (from `step`) runs on, with `extra` (the rollout engine
+        actually used): a resume on another install is on record."""
         from mapo.provenance import provenance
 
-        self._append(self.path / "provenance.jsonl", [{"step": step, **provenance()}])
+        self._append(self.path / "provenance.jsonl", [{"step": step, **provenance(), **extra}])
 
     @staticmethod
     def _append(path: Path, records: Iterable[dict[str, Any]]) -> None:

@@ -8,7 +8,7 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+|(?<=\.\.\.)\s*(?=[A-Z])")
 _WORD = re.compile(r"[a-z][a-z']*")
 # where a reply's sentence ends for the `rollout.max_sentences` stop rule: a run of . ! ? (an
 # ellipsis counts once), closing quotes or brackets, then a space or the end. The in-process
-# sampler (mapo.policy) and the llama.cpp worker must stop at the same token.
+# sampler (mapo.policy) and the vLLM engine must stop at the same token.
 _REPLY_SENTENCE_END = re.compile(r"[.!?]+[\"'\u201d\u2019)\]]*(?=\s|$)")
 
 # Quoted words (theirs or someone's in their story): double quotes, or single quotes that open

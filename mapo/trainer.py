@@ -32,10 +32,9 @@ from mapo.backends.endpoint import BackendError
 from mapo.backends.openai_compat import shared_stats
 from mapo.config import TrainConfig, config_dict
 from mapo.device import resolve_precision
-from mapo.engines.base import RolloutEngine
-from mapo.engines.factory import make_engine, resolve_engine
+from mapo.engines.base import EngineError, RolloutEngine
+from mapo.engines.factory import make_engine
 from mapo.engines.hf import HfEngine
-from mapo.engines.llamacpp_spec import MERGED_FROM_SOURCE, SOURCE, engine_threads
 from mapo.envs.base import dialogue_summary, environment_factory, load_scenarios, transcript_keys_for
 from mapo.losses import packed_sequence
 from mapo.methods import attached_methods
@@ -55,7 +54,7 @@ from mapo.report.run import write_report
 from mapo.rewards import fill_rewards
 from mapo.rollout import rollout
 from mapo.run_folder import RunFolder, open_run
-from mapo.runtime import IDLE, choose_threads, read_trainer_state, seed_everything, step_seed, write_trainer_state
+from mapo.runtime import choose_threads, read_trainer_state, seed_everything, step_seed, write_trainer_state
 from mapo.sft.chain import check_chain, sft_enabled, warm_start
 from mapo.tracking import Tracking, check_installed
 from mapo.types import Scenario
@@ -127,48 +126,24 @@ class Trainer:
 
     # ---- the rollout engine
 
-    def start_engine(self, log_dir: Path) -> RolloutEngine:
+    def start_engine(self) -> RolloutEngine:
         """The engine `rollout.engine` asks for, sized to one step's dialogues (mapo.engines.factory).
 
         A method that replaces the rollout function (RAPO branching) samples in process.
         """
-        spec, cfg = self.rollout_spec, self.config
+        spec = self.rollout_spec
         name = spec.engine
         if self.rollout is not rollout:
-            if name == "llamacpp":
-                log.warning("rollout.engine=llamacpp: a method's own rollout (RAPO branching) samples with hf")
+            if name not in ("auto", "hf"):
+                log.warning("rollout.engine=%s: a method's own rollout (RAPO branching) samples with hf", name)
             name = "hf"
-        llamacpp = spec.llamacpp
-        if not self.policy.lora and llamacpp.sync == "adapter" and resolve_engine(name, self.policy) == "llamacpp":
-            if llamacpp.base_type == SOURCE:
-                raise ValueError(
-                    f"full fine-tuning (policy.lora.enabled=false) syncs the merged model: {MERGED_FROM_SOURCE}"
-                )
-            llamacpp = dataclasses.replace(llamacpp, sync="merged")  # full fine-tuning: no adapter to send
-        kind, path = resolve_source(cfg.policy)
         return make_engine(
             name,
             self.policy,
             slots=spec.scenarios_per_step * spec.samples_per_scenario,
             context_per_slot=spec.max_context_tokens,
-            spec=llamacpp,
-            source_gguf=path if kind == "gguf" else None,
-            log_dir=log_dir,
-            workdir=log_dir / "engine",  # in the run folder: a killed run leaves nothing elsewhere
+            vllm=spec.vllm,
         )
-
-    def engine_lines(self) -> list[str]:
-        """What the rollout engine computes with (the llama.cpp engine's threads and base weights)."""
-        spec, base = getattr(self.engine, "spec", None), getattr(self.engine, "base_type", None)
-        if self.engine.name != "llamacpp" or spec is None:
-            return [f"rollout engine: {self.engine.name} (in process, the torch threads and precision above)"]
-        threads = spec.threads
-        if threads is None:
-            count, why = f"1-{engine_threads(threads)}", "the fastest count now, measured while decoding"
-        else:
-            count, why = str(engine_threads(threads)), "the idle cores, per request" if threads == IDLE else "as configured"
-        return [f"rollout engine: llamacpp, {count} threads ({why}), base weights {base} "
-                f"(rollout.llamacpp.base_type {spec.base_type})"]
 
     # ---- one step
 
@@ -320,9 +295,10 @@ class Trainer:
         bar = progress_bar(
             cfg.steps, "train", completed=self.step, status=PROGRESS_STATUS, show=show_progress, reward="-", ret="-", success="-"
         )
-        run.log_provenance(self.step)
-        self.engine = self.start_engine(run.path)
-        for line in self.setup_lines + self.engine_lines():  # the run's first lines: how it computes, and why
+        self.engine = self.start_engine()
+        run.log_provenance(self.step, rollout_engine=self.engine.describe())  # the engine actually used
+        engine_line = "rollout engine: " + ", ".join(f"{k} {v}" for k, v in self.engine.describe().items())
+        for line in [*self.setup_lines, engine_line]:  # the run's first lines: how it computes, and why
             log.info(line)
             if show_progress:
                 print(line, file=sys.stderr, flush=True)
@@ -342,11 +318,12 @@ class Trainer:
                     metrics = self.train_step(self.step + 1, run, pool)
                 except KeyboardInterrupt:
                     self._interrupted(run)
-                except BackendError as err:
+                except (BackendError, EngineError) as err:
                     last = run.latest_checkpoint()
+                    fix = "once the server is back" if isinstance(err, BackendError) else "once the engine's fault is fixed"
                     raise TrainingStopped(
                         f"training stopped at step {self.step + 1}: {err} The last checkpoint is "
-                        f"{last.name if last else 'none (the run starts over)'}; once the server is back, "
+                        f"{last.name if last else 'none (the run starts over)'}; {fix}, "
                         f"continue with: mapo train --resume {run.path}"
                     ) from None
                 self.step += 1

@@ -1,5 +1,5 @@
 """Gemma 3 270M as `policy.model=gemma3-270m`: the optional package, the cached joined file and
-its hash, the chat template for the base model, and the llama.cpp engine on it.
+its hash, the chat template for the base model, and the vLLM engine on it.
 
 The tests that need the 250 MB model are slow (and skipped where `mapo[gemma]` is not installed);
 the package handling is tested with a stand-in package of two small chunks.
@@ -83,24 +83,16 @@ def test_gemma_loads_by_its_short_name_with_gemmas_turn_markers(gemma):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("base_type, kl_below", [("F16", 1e-4), ("source", 0.05)])
-def test_gemma_on_the_engine_samples_close_to_torch_after_a_sync(gemma, base_type, kl_below, tmp_path):
-    """F16 from torch (the vocabulary copied from the shipped GGUF: SentencePiece) is the torch model
-    to F16 error; the shipped Q4_K_M is close, as SmolLM2's Q4_1 is. Both after an adapter sync."""
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+def test_gemma_on_vllm_samples_what_torch_computes_after_a_sync(gemma):
+    """vLLM serves Gemma 3 270M (sliding-window layers, a 262k vocabulary) in the policy's float32:
+    after a LoRA sync its log-probs are the trainer's to float error."""
+    pytest.importorskip("vllm", reason="vLLM is not installed")
     from mapo.engines.importance import mismatch_stats
-    from mapo.engines.llamacpp import LlamaCppEngine
-    from mapo.engines.llamacpp_spec import LlamaCppSpec
-    from tests.test_engine_llamacpp import TEMPERATURE, _randomise_lora, _torch_logprobs
+    from mapo.engines.vllm_engine import VllmEngine, VllmSpec
+    from tests.test_engine_vllm import TEMPERATURE, _randomise_lora
 
-    _, path = resolve_source(PolicySpec(model=GEMMA3_270M))
     contexts = [gemma.first_prompt_ids("Be kind and brief.", f"I failed my exam number {k} and feel awful.") for k in range(3)]
-    spec = LlamaCppSpec(threads=1, base_type=base_type)
-    with LlamaCppEngine(gemma, slots=3, context_per_slot=256, spec=spec, source_gguf=path, workdir=tmp_path) as engine:
-        with torch.no_grad():
-            for name, param in gemma.model.named_parameters():
-                if "lora_B" in name:
-                    param.zero_()
+    with VllmEngine(gemma, slots=3, context_per_slot=256, spec=VllmSpec(kv_cache_gb=0.5)) as engine:
         _randomise_lora(gemma, seed=3)
         with torch.no_grad():
             for name, param in gemma.model.named_parameters():
@@ -109,39 +101,13 @@ def test_gemma_on_the_engine_samples_close_to_torch_after_a_sync(gemma, base_typ
         engine.sync(1)
         torch.manual_seed(6)
         samples = engine.sample(contexts, max_new_tokens=16, temperature=TEMPERATURE)
-    old = np.concatenate([_torch_logprobs(gemma, c, s.ids) for c, s in zip(contexts, samples)])
-    stats = mismatch_stats(old, np.concatenate([s.logprobs for s in samples]))
-    assert stats.tokens > 0 and stats.kl_behaviour_old < kl_below
-
-
-@pytest.mark.slow
-def test_a_gemma_folder_without_a_gguf_file_gets_a_sentencepiece_vocabulary(gemma, tmp_path):
-    """A Gemma model from an HF folder has no GGUF to copy the vocabulary from: the export writes
-    Gemma's tokenizer as llama.cpp's SentencePiece (`llama`) model, which loads and serves."""
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
-    import gguf
-
-    from mapo.engines.gguf_export import write_model
-    from tests.test_engine_architectures import CONFIGS, _policy
-
-    gemma.tokenizer.save_pretrained(str(tmp_path / "tokenizer"))
-    config = {**CONFIGS["gemma3"], "vocab_size": len(gemma.tokenizer)}  # Gemma's 262k ids over a tiny model
-    policy, _ = _policy("gemma3", tmp_path, config=config, tokenizer=str(tmp_path / "tokenizer"))
-    path = write_model(policy.model, policy.tokenizer, tmp_path / "tiny-gemma.gguf")
-    fields = gguf.GGUFReader(str(path)).fields
-    assert fields["tokenizer.ggml.model"].contents() == "llama"
-    types = fields["tokenizer.ggml.token_type"].contents()
-    byte_id = policy.tokenizer.convert_tokens_to_ids("<0x0A>")
-    assert types[byte_id] == gguf.TokenType.BYTE  # byte fallback pieces, as SentencePiece marks them
-    assert types[gemma.end_of_turn_id] in (gguf.TokenType.CONTROL, gguf.TokenType.USER_DEFINED)
-
-    from mapo.engines.llamacpp import LlamaCppEngine
-    from mapo.engines.llamacpp_spec import LlamaCppSpec
-    from tests.test_engine_llamacpp import TEMPERATURE, _gap
-
-    with LlamaCppEngine(policy, slots=2, context_per_slot=256, spec=LlamaCppSpec(threads=1, base_type="F32"),
-                        workdir=tmp_path / "engine") as engine:  # its load checks the vocabulary id by id
-        engine.sync(0)
-        torch.manual_seed(3)
-        contexts = [policy.first_prompt_ids("Be kind.", f"My plant died, day {k}.") for k in range(2)]
-        assert _gap(policy, contexts, engine.sample(contexts, max_new_tokens=8, temperature=TEMPERATURE)) < 2e-3
+    old = []
+    for context, sample in zip(contexts, samples):
+        ids = torch.tensor([context + sample.ids])
+        targets = torch.zeros_like(ids, dtype=torch.bool)
+        targets[0, len(context):] = True
+        with torch.no_grad():
+            logp, _ = gemma.token_logprobs(ids, torch.ones_like(ids), targets, temperature=TEMPERATURE)
+        old += logp[0].tolist()
+    stats = mismatch_stats(np.array(old), np.concatenate([s.logprobs for s in samples]))
+    assert stats.tokens > 0 and stats.kl_behaviour_old < 1e-4

@@ -1,5 +1,5 @@
-"""Rollout engines without llama.cpp: the importance-sampling correction, the `hf` engine,
-and the GGUF export read back by transformers' own GGUF loader."""
+"""Rollout engines, vLLM aside: the importance-sampling correction, the `hf` engine, choosing an
+engine, the weights a sync streams, and the sentence stop rule."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from mapo.engines.base import StaleWeightsError
-from mapo.engines.gguf_export import ExportError, check_architecture, gguf_name, interleave_rotary_rows, write_model
 from mapo.engines.hf import HfEngine
 from mapo.engines.importance import mismatch_stats, truncated_importance_weights
 from tests.tiny_policy import tiny_policy
@@ -110,120 +109,6 @@ def test_hf_engine_version_check():
         engine.check_version(4)
 
 
-# ---------------------------------------------------------------- GGUF export (read back by transformers)
-
-
-def test_rotary_reorder_pairs_the_two_halves_of_each_head():
-    rows = np.arange(8).reshape(8, 1)  # 2 heads of 4 rows: halves (0,1 | 2,3) and (4,5 | 6,7)
-    assert interleave_rotary_rows(rows, heads=2).ravel().tolist() == [0, 2, 1, 3, 4, 6, 5, 7]
-
-
-def test_tensor_names():
-    assert gguf_name("model.layers.7.self_attn.k_proj.weight") == "blk.7.attn_k.weight"
-    assert gguf_name("model.embed_tokens.weight") == "token_embd.weight"
-    assert gguf_name("model.layers.7.self_attn.q_norm.weight", "qwen3") == "blk.7.attn_q_norm.weight"
-    assert gguf_name("model.layers.2.pre_feedforward_layernorm.weight", "gemma3") == "blk.2.ffn_norm.weight"
-    assert gguf_name("model.layers.2.post_attention_layernorm.weight", "gemma3") == "blk.2.post_attention_norm.weight"
-    with pytest.raises(ExportError, match="no llama.cpp llama tensor"):
-        gguf_name("model.layers.0.self_attn.q_norm.weight")
-
-
-def test_merged_export_round_trips_through_transformers(tmp_path):
-    """A LoRA policy written as one merged F32 GGUF computes the same logits when transformers loads it."""
-    from transformers import AutoModelForCausalLM
-
-    policy = tiny_policy(lora=True)
-    with torch.no_grad():
-        for name, param in policy.model.named_parameters():
-            if "lora_B" in name:
-                param.normal_(0.0, 0.05)  # a trained-looking adapter, not the zero init
-    write_model(policy.model, policy.tokenizer, tmp_path / "merged.gguf")
-    loaded = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file="merged.gguf", dtype=torch.float32)
-    ids = torch.tensor([policy.first_prompt_ids("Be kind.", "I lost my keys again.")])
-    with torch.no_grad():
-        expected = policy.model(input_ids=ids).logits
-        got = loaded(input_ids=ids).logits
-        base = policy.model.get_base_model()
-        with policy.model.disable_adapter():
-            without_lora = base(input_ids=ids).logits
-    assert (expected - without_lora).abs().max() > 1e-3  # the adapter matters ...
-    assert torch.allclose(got, expected, atol=1e-4)  # ... and the file carries it
-
-
-def test_export_refuses_other_architectures():
-    policy = tiny_policy()
-    policy.model.config.model_type = "phi3"
-    with pytest.raises(ExportError, match="'phi3': use rollout.engine=hf"):
-        check_architecture(policy.model)
-
-
-# ---------------------------------------------------------------- the llama.cpp worker's sampler (numpy only)
-
-
-def test_worker_draw_follows_the_tempered_softmax():
-    from mapo.engines.sampling import draw
-
-    rng = np.random.default_rng(0)
-    vocab, temperature = 300, 0.7  # not a whole number of sampler blocks
-    logits = rng.normal(0.0, 2.0, size=vocab).astype(np.float32)
-    p = np.exp((logits - logits.max()) / temperature)
-    p /= p.sum()
-    tokens, logprobs = draw(np.tile(logits, (40_000, 1)), temperature, 1.0, rng.random(40_000))
-    frequency = np.bincount(tokens, minlength=vocab) / len(tokens)
-    assert 0.5 * np.abs(frequency - p).sum() < 0.03  # total variation: sampling noise only
-    assert np.allclose(logprobs, np.log(p[tokens]), atol=1e-5)
-
-
-def test_worker_draw_top_p_keeps_the_nucleus_and_reports_its_renormalised_logprobs():
-    from mapo.engines.sampling import draw
-
-    rng = np.random.default_rng(1)
-    logits = np.log(np.array([0.5, 0.3, 0.15, 0.05], dtype=np.float32))
-    tokens, logprobs = draw(np.tile(logits, (5000, 1)), 1.0, 0.7, rng.random(5000))
-    assert set(tokens.tolist()) == {0, 1}  # 0.5 + 0.3 reaches 0.7; 0.15 and 0.05 are cut
-    # the log-prob of the distribution drawn from: the nucleus renormalised (0.5 / 0.8, 0.3 / 0.8)
-    assert np.allclose(logprobs, logits[tokens] - np.log(0.8), atol=1e-5)
-    assert np.mean(tokens == 0) == pytest.approx(0.5 / 0.8, abs=0.03)
-
-
-def test_worker_common_prefix():
-    from mapo.engines.llamacpp_decoder import common_prefix
-
-    assert common_prefix([1, 2, 3], [1, 2, 4, 5]) == 2
-    assert common_prefix([1, 2], [1, 2, 3]) == 2
-    assert common_prefix([], [1]) == 0 and common_prefix([7], [8]) == 0
-
-
-def test_llamacpp_spec_rejects_bad_values():
-    from mapo.engines.llamacpp_spec import LlamaCppSpec
-
-    with pytest.raises(ValueError, match="rollout.llamacpp.sync must be one of adapter, merged"):
-        LlamaCppSpec(sync="rsync")
-    with pytest.raises(ValueError, match="base_type must be 'auto', 'source' or one of F32, F16, BF16, Q8_0, got 'Q4_0'"):
-        LlamaCppSpec(base_type="Q4_0")
-    for bad in (0, "busy"):
-        with pytest.raises(ValueError, match="rollout.llamacpp.threads must be a whole number >= 1, 'idle' or null"):
-            LlamaCppSpec(threads=bad)
-    assert LlamaCppSpec(threads="idle").threads == "idle"
-
-
-def test_idle_cores_is_within_the_machine():
-    import os
-
-    from mapo.engines.llamacpp_spec import idle_cores
-
-    assert 1 <= idle_cores() <= (os.cpu_count() or 1)
-
-
-def test_engine_threads_default_to_every_usable_core(monkeypatch):
-    import mapo.engines.llamacpp_spec as llamacpp
-    from mapo import runtime
-
-    monkeypatch.setattr(runtime.os, "sched_getaffinity", lambda pid: {2, 5, 7})
-    monkeypatch.setattr(llamacpp, "idle_cores", lambda: 1)
-    assert [llamacpp.engine_threads(t) for t in (None, "idle", 2)] == [3, 1, 2]
-
-
 # ---------------------------------------------------------------- choosing the engine
 
 
@@ -231,30 +116,57 @@ def test_auto_engine_falls_back_to_hf_and_says_why_once(monkeypatch, caplog):
     import mapo.engines.factory as factory
 
     policy = tiny_policy()
-    monkeypatch.setattr(factory, "missing_requirement", lambda: "llama-cpp-python is not installed (test)")
+    monkeypatch.setattr(factory, "missing_requirement", lambda: "vLLM is not installed (test)")
     monkeypatch.setattr(factory, "_said", set())
     with caplog.at_level("WARNING", logger="mapo.engines"):
         assert factory.resolve_engine("auto", policy) == "hf"
         assert factory.resolve_engine("auto", policy) == "hf"
     assert [r.getMessage() for r in caplog.records] == [
-        "rollout.engine=auto: sampling with the hf engine (llama-cpp-python is not installed (test))"
+        "rollout.engine=auto: sampling with the hf engine (vLLM is not installed (test))"
     ]
     assert isinstance(factory.make_engine("auto", policy, slots=2, context_per_slot=256), HfEngine)
-    with pytest.raises(Exception, match="rollout.engine=llamacpp: llama-cpp-python is not installed"):
-        factory.make_engine("llamacpp", policy, slots=2, context_per_slot=256)
+    with pytest.raises(Exception, match="rollout.engine=vllm: vLLM is not installed"):
+        factory.make_engine("vllm", policy, slots=2, context_per_slot=256)
 
 
-def test_auto_engine_picks_llamacpp_for_a_llama_model_when_installed(monkeypatch):
+def test_auto_engine_picks_vllm_for_a_model_it_serves_when_installed(monkeypatch):
     import mapo.engines.factory as factory
 
     policy = tiny_policy()
     monkeypatch.setattr(factory, "missing_requirement", lambda: None)
-    assert factory.resolve_engine("auto", policy) == "llamacpp"
-    policy.model.config.model_type = "phi3"  # an architecture the export does not write
+    monkeypatch.setattr(factory, "supports", lambda model: None)
+    assert factory.resolve_engine("auto", policy) == "vllm"
+    monkeypatch.setattr(factory, "supports", lambda model: "vLLM has no model class for ['Phi9ForCausalLM']")
     assert factory.resolve_engine("auto", policy) == "hf"
     assert factory.resolve_engine("hf", policy) == "hf"
-    with pytest.raises(ValueError, match="rollout.engine must be one of auto, hf, llamacpp; got 'vllm'"):
-        factory.resolve_engine("vllm", policy)
+    with pytest.raises(ValueError, match="rollout.engine must be one of auto, hf, vllm; got 'llamacpp'"):
+        factory.resolve_engine("llamacpp", policy)
+
+
+def test_merged_weights_are_the_plain_model_with_each_lora_delta_added():
+    """What a sync streams to the engine: transformers names, W + scale * B A, no tied head twice."""
+    from mapo.engines.weights import dense_weights, lora_pairs
+
+    policy = tiny_policy(lora=True)
+    with torch.no_grad():
+        for name, param in policy.model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.1)
+    merged = dict(dense_weights(policy.model))
+    assert "lm_head.weight" not in merged and "model.embed_tokens.weight" in merged  # tied
+    assert not any("lora_" in n or "base_layer" in n for n in merged)
+    pairs = lora_pairs(policy.model)
+    assert pairs
+    name, pair = next(iter(pairs.items()))
+    base = policy.model.get_base_model().get_submodule(name).base_layer.weight
+    assert torch.allclose(merged[f"{name}.weight"], base + pair.scale * pair.b @ pair.a)
+    policy.model.merge_adapter()  # peft's own merge computes the same matrices
+    try:
+        for key, tensor in policy.model.get_base_model().state_dict().items():
+            if key.endswith("base_layer.weight"):
+                assert torch.allclose(merged[key.replace(".base_layer", "")], tensor, atol=1e-6)
+    finally:
+        policy.model.unmerge_adapter()
 
 
 # ---------------------------------------------------------------- the corrected loss
@@ -350,14 +262,6 @@ def test_the_local_server_names_each_missing_module_of_its_extra(monkeypatch: py
     assert reason is not None and "sse_starlette" in reason and "uvicorn" not in reason
 
 
-def test_auto_base_type_follows_the_policys_precision():
-    from mapo.engines.llamacpp_spec import resolve_base_type
-
-    assert resolve_base_type("auto", tiny_policy()) == "F16"
-    assert resolve_base_type("auto", tiny_policy(dtype="bf16-mixed")) == "BF16"
-    assert resolve_base_type("Q8_0", tiny_policy(dtype="bf16-mixed")) == "Q8_0"
-
-
 # ---------------------------------------------------------------- the sentence stop rule, counted incrementally
 
 
@@ -388,23 +292,3 @@ def test_incremental_sentence_count_equals_decoding_the_whole_reply_at_every_ste
             assert counter.push(token) == count_sentences(decode(reply[: k + 1])), (reply, k)
         full = next((k + 1 for k in range(len(reply)) if count_sentences(decode(reply[: k + 1])) >= 2), None)
         assert sentence_stop(decode, reply, 2) == full
-
-
-def test_thread_tuner_settles_on_the_fastest_count_and_keeps_checking_the_others():
-    from mapo.engines.llamacpp_decoder import ThreadTuner
-
-    tuner = ThreadTuner(3)
-    cost = {1: 0.010, 2: 0.004, 3: 0.007}  # seconds per id: 2 threads fastest here
-    chosen = []
-    for _ in range(240):
-        n = tuner.choose()
-        chosen.append(n)
-        tuner.record(n, cost[n] * 16, 16)
-    assert tuner.best() == 2
-    assert chosen[-100:].count(2) >= 80 and {1, 3} <= set(chosen[-100:])  # still tries the others now and then
-    cost[2] = 0.050  # the machine got busy: two threads now stall
-    for _ in range(240):
-        n = tuner.choose()
-        tuner.record(n, cost[n] * 16, 16)
-    assert tuner.best() == 3
-    assert ThreadTuner(1).choose() == 1

@@ -1,10 +1,9 @@
-"""Off-policy correctness (issue 31): the importance weights right in every setting.
+"""Off-policy correctness: the importance weights right in every setting.
 
 pi_old, pi_theta and the sampler's behaviour log-probs are probabilities of one and the
 same distribution (temperature and top-p nucleus from the rollout that sampled); every
-engine, hf included, is corrected and logged; what the engine cannot receive is refused.
-The llama.cpp engine's own checks (nucleus log-probs, worker lifecycle, modules_to_save
-shipped) are in test_engine_llamacpp.py.
+engine, hf included, is corrected and logged; every trained weight reaches the engine. The
+vLLM engine's own checks (nucleus log-probs, reloads, faults) are in test_engine_vllm.py.
 """
 
 from __future__ import annotations
@@ -17,9 +16,7 @@ import torch
 from tiny_policy import tiny_policy
 
 from mapo.config import load_config
-from mapo.engines.gguf_export import ExportError, write_lora_adapter
 from mapo.engines.hf import HfEngine
-from mapo.engines.llamacpp_spec import LlamaCppSpec
 from mapo.losses import LossSpec, TrainSequence, collate
 from mapo.methods.base import TrainingMethod
 from mapo.nucleus import nucleus_mask
@@ -45,15 +42,11 @@ def _logprobs(policy, context, reply, temperature, top_p):
 # ---------------------------------------------------------------- 1. top_p < 1
 
 
-def test_the_trainer_and_the_engine_sampler_cut_the_same_nucleus():
-    from mapo.engines.sampling import _nucleus
-
+def test_the_trainers_nucleus_is_the_smallest_set_reaching_top_p():
     rng = np.random.default_rng(3)
     logits = rng.normal(0, 3, size=(64, 500)).astype(np.float32)
     for top_p in (0.5, 0.9, 0.99):
         torch_kept = nucleus_mask(torch.from_numpy(logits), top_p).numpy()
-        numpy_kept = _nucleus(np.exp(logits - logits.max(axis=1, keepdims=True)), top_p) > 0
-        assert (torch_kept == numpy_kept).all()
         probs = np.exp(logits - logits.max(axis=1, keepdims=True))
         probs /= probs.sum(axis=1, keepdims=True)
         mass = (probs * torch_kept).sum(axis=1)
@@ -155,32 +148,16 @@ def test_the_hf_engine_is_corrected_and_logged_like_any_engine(tmp_path):
     assert metrics["tis_truncated_fraction"] == 0 and metrics["ratio_mean"] == pytest.approx(1.0)
 
 
-# ---------------------------------------------------------------- 3. weights an adapter cannot carry
+# ---------------------------------------------------------------- 3. every trained weight reaches the engine
 
 
-def test_an_adapter_export_refuses_trained_weights_it_cannot_carry(tmp_path):
+def test_a_sync_carries_trained_weights_outside_lora_too():
+    """The engine reloads the merged model: an unfrozen norm trains and its new values go with the LoRA deltas."""
+    from mapo.engines.weights import dense_weights
+
     policy = tiny_policy(lora=True)
-    base = policy.model.get_base_model()
-    base.model.norm.weight.requires_grad_(True)  # an unfrozen norm: trained, but not a LoRA matrix
-    base.model.layers[1].input_layernorm.weight.requires_grad_(True)
-    with pytest.raises(ExportError, match=r"model\.layers\.1\.input_layernorm\.weight, model\.norm\.weight.*sync=merged"):
-        write_lora_adapter(policy.model, tmp_path / "adapter.gguf")
-    assert not list(tmp_path.iterdir())  # nothing half-written
-    base.model.norm.weight.requires_grad_(False)
-    base.model.layers[1].input_layernorm.weight.requires_grad_(False)
-    write_lora_adapter(policy.model, tmp_path / "adapter.gguf")  # LoRA alone: written
-
-
-# ---------------------------------------------------------------- 5. merged sync never back to 4 bits
-
-
-def test_merged_sync_from_the_shipped_4bit_file_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="re-quantise the merged weights.*base_type to F16"):
-        LlamaCppSpec(sync="merged", base_type="source")
-    LlamaCppSpec(sync="merged", base_type="Q8_0")  # an 8-bit or lossless type is fine
-    from mapo.trainer import Trainer
-
-    overrides = [*TINY_RUN, "policy.lora.enabled=false", "rollout.engine=llamacpp", "rollout.llamacpp.base_type=source"]
-    trainer = Trainer(load_config(None, overrides))
-    with pytest.raises(ValueError, match="full fine-tuning .* syncs the merged model: .*re-quantise"):
-        trainer.start_engine(tmp_path)
+    norm = policy.model.get_base_model().model.norm.weight
+    norm.requires_grad_(True)  # an unfrozen norm: trained, but not a LoRA matrix
+    with torch.no_grad():
+        norm.mul_(1.5)
+    assert torch.equal(dict(dense_weights(policy.model))["model.norm.weight"], norm.detach())

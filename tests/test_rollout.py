@@ -147,27 +147,26 @@ def test_bench_rollout_command_writes_the_ratio(tmp_path):
     from typer.testing import CliRunner
 
     from mapo.cli import app
+    from mapo.engines.vllm_engine import missing_requirement
 
     args = ["bench", "rollout", "--trajectories", "4", "--turns", "2", "--max-new-tokens", "3"]
     args += ["--output", str(tmp_path)]
-    args += ["--set", "policy.model=tiny", "--set", "env.name=toy-test", "--set", "rollout.samples_per_scenario=2"]
+    args += ["--set", "policy.model=tiny", "--set", "env.name=toy-test", "--set", "rollout.samples_per_scenario=2",
+             "--set", "rollout.vllm.kv_cache_gb=0.25"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     data = json.loads((tmp_path / "bench_rollout.json").read_text())
-    assert data["modes"]["batched"]["trajectories"] == data["modes"]["sequential"]["trajectories"] == 4
-    assert data["ratios"]["tokens_per_s_generate"] > 0 and "ratio tokens_per_s_generate" in result.output
-    from mapo.engines.llamacpp_spec import missing_requirement
-
-    if missing_requirement():  # without llama-cpp-python the engine mode is skipped, and says why
-        assert data["llamacpp_skipped"] == missing_requirement() and "llamacpp" not in data["modes"]
-    else:  # the same dialogues through the llama.cpp engine, its sync and its mismatch to torch
-        assert data["modes"]["llamacpp"]["trajectories"] == 4 and data["ratios"]["llamacpp_over_hf"] > 0
-        assert data["sync"]["load_s"] > 0 and data["mismatch"]["tokens"] == data["modes"]["llamacpp"]["generated_tokens"]
-        for mode in ("llamacpp", "llamacpp_waves"):  # where the engine's time went, against the machine's bound
-            parts = data["breakdown"][mode]
-            assert 0 < parts["occupancy"] <= 1 and parts["decode_steps"] > 0 and parts["bound_by"] in ("compute", "memory")
-            assert parts["decode_s"] > 0 and parts["sample_s"] > 0 and 0 < parts["fraction_of_bound"]
-        assert data["machine_limits"]["matmul_peak_bf16_gflops"] > 0 and data["machine_limits"]["memory_gb_s"] > 0
+    assert data["modes"]["hf"]["trajectories"] == data["modes"]["sequential"]["trajectories"] == 4
+    assert data["ratios"]["sequential_over_hf_tokens_per_s_generate"] > 0
+    assert "ratio sequential_over_hf_tokens_per_s_generate" in result.output
+    if missing_requirement():  # without vLLM the engine mode is skipped, and says why
+        assert data["skipped"]["vllm"] == missing_requirement() and "vllm" not in data["modes"]
+    else:  # the same dialogues through vLLM: its start-up, sync and mismatch to torch apart
+        assert data["modes"]["vllm"]["trajectories"] == 4 and data["ratios"]["vllm_over_hf_turns_per_s_wall"] > 0
+        vllm = data["engines"]["vllm"]
+        assert vllm["start_s"] > 0 and vllm["first_sync_s"] > 0 and vllm["sync_mb"] > 0
+        assert vllm["mismatch"]["tokens"] == data["modes"]["vllm"]["generated_tokens"]
+        assert data["modes"]["vllm"]["engine"]["tokens_kept"] == data["modes"]["vllm"]["generated_tokens"]
 
 
 class FixedReplies:

@@ -57,7 +57,7 @@ class EvalBudget:
     max_sentences: int | None = 3  # a reply ends after this many sentences (None: only the token cap)
     temperature: float = 0.7
     seed: int = 0
-    engine: str = "auto"  # what samples the replies: auto | hf | llamacpp (mapo.engines)
+    engine: str = "auto"  # what samples the replies: auto | hf | vllm (mapo.engines)
 
 
 BENCHMARK_NAMES = ("eqbench", "emobench")

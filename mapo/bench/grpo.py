@@ -6,7 +6,7 @@ the same reward function, group size, reply cap, sampling temperature, learning
 rate, clip range and no KL term. Each runs a warm-up step and then `timed` steps,
 of which the fastest counts (the machine is shared): sampling + rewards + advantages
 + the update (+ our weight sync). Ours samples with the run's rollout engine
-(`rollout.engine`, as `mapo train` would: llama.cpp with importance correction when
+(`rollout.engine`, as `mapo train` would: vLLM with importance correction when
 installed), then the `grpo` estimator and the trainer's `update`;
 TRL's is its training step (generation included), timed by a callback. Sampled
 replies differ in length between the two, so seconds per completion token is
@@ -137,7 +137,6 @@ def bench_grpo(config: TrainConfig, scenarios: list[Any], prompts: int = 4, grou
     import tempfile
 
     from mapo.engines.factory import make_engine
-    from mapo.model_source import resolve_source
     from mapo.policy import load_policy
     from mapo.update import make_optimizer
 
@@ -145,10 +144,8 @@ def bench_grpo(config: TrainConfig, scenarios: list[Any], prompts: int = 4, grou
     policy = load_policy(config.policy, seed=config.seed)
     optimizer = make_optimizer(policy, config.optim)
     torch.manual_seed(config.seed)
-    kind, path = resolve_source(config.policy)
     engine = make_engine(config.rollout.engine, policy, slots=prompts * group,
-                         context_per_slot=config.rollout.max_context_tokens, spec=config.rollout.llamacpp,
-                         source_gguf=path if kind == "gguf" else None)
+                         context_per_slot=config.rollout.max_context_tokens, vllm=config.rollout.vllm)
     with contextlib.closing(engine):
         engine.sync(0)
         # step 1 is the warm-up

@@ -1,18 +1,14 @@
-"""`mapo bench rollout`: batched vs one trajectory at a time, and the llama.cpp engine vs `hf`.
+"""`mapo bench rollout`: the rollout engines side by side, and batched vs one trajectory at a time.
 
-All modes run the same policy, environment, caps and seeds: `batched` samples all
-active trajectories of a turn in one `generate` call (the `hf` engine), `sequential`
-rolls out each trajectory alone (`--no-sequential` leaves it out), and, when
-llama-cpp-python is installed, `llamacpp` samples the dialogues with the llama.cpp engine
-(mapo.engines.llamacpp) with continuous batching across dialogues and turns
-(`rollout.continuous: true`) and `llamacpp_waves` with the default turn-synchronous waves, its weights synced once first.
-Reported: generated tokens per second of generation time and of wall time (generation +
-environment), the ratios batched / sequential and llamacpp / hf (`llamacpp_over_hf`), the
-engine's sync time, the behaviour-vs-torch mismatch on its samples (the importance-weight
-statistics training logs), and per engine mode where the time goes (`breakdown`: prefill,
-decode, sampling, detokenising and stop rules, the worker's own overhead, its idle time, the
-round trips, the environment; the decode batch's mean occupancy) against the machine's bound
-(mapo.bench.bound: the measured matmul peak and memory bandwidth, the weights' bytes per step).
+Every mode runs the same policy, environment, caps, stop rules and seeds. `hf` samples all
+active trajectories of a turn in one `generate` call (the trainer's own model); `sequential`
+rolls out each trajectory alone with it (`--no-sequential` leaves it out); each installed
+engine of `--engine` (default: every one that can run here) samples the same dialogues, its
+weights synced once first. Reported per mode: tokens and turns per second of generation time
+and of wall time (generation + environment), where the time goes (`breakdown`), and for each
+engine its start-up (process-level: every `mapo train`, ablate unit and eval pays it), one
+weight sync, and the behaviour-vs-trainer mismatch on its samples (the importance-weight
+statistics training logs). Ratios are against `hf` measured in the same run.
 """
 
 from __future__ import annotations
@@ -28,12 +24,8 @@ import torch
 from mapo.bench import bench_rollout_spec
 from mapo.config import TrainConfig
 from mapo.engines.base import RolloutEngine
-from mapo.engines.factory import make_engine, resolve_engine
-from mapo.engines.hf import HfEngine
+from mapo.engines.factory import make_engine
 from mapo.engines.importance import mismatch_stats
-from mapo.bench.bound import decode_bound, machine_limits
-from mapo.engines.llamacpp_spec import missing_requirement
-from mapo.model_source import resolve_source
 from mapo.policy import Policy
 from mapo.rollout import RolloutSpec, rollout
 from mapo.types import Group, Scenario
@@ -46,7 +38,7 @@ def measure(
     pool: ThreadPoolExecutor,
     seed: int,
     engine: RolloutEngine | None = None,
-) -> tuple[dict[str, float], list[Group]]:
+) -> tuple[dict[str, Any], list[Group]]:
     """Roll out `runs` one after another; their timings and token counts, and the groups."""
     timings: dict[str, float] = {}
     groups: list[Group] = []
@@ -59,20 +51,26 @@ def measure(
         )
     wall = time.perf_counter() - start
     turns = [turn for g in groups for t in g.trajectories for turn in t.turns]
-    tokens = sum(len(turn.response_ids) for turn in turns)
     after = getattr(engine, "stats", {})
-    worker = {key: after[key] - before.get(key, 0) for key in after}
-    return {
-        **({"worker": worker} if worker else {}),
+    row: dict[str, Any] = {
         "trajectories": sum(len(g) for g in groups),
         "turns": len(turns),
-        "generated_tokens": tokens,
+        "generated_tokens": sum(len(turn.response_ids) for turn in turns),
         "generate_s": timings["generate"],
         "env_s": timings["env"],
         "wall_s": wall,
-        "tokens_per_s_generate": tokens / max(timings["generate"], 1e-9),
-        "tokens_per_s_wall": tokens / max(wall, 1e-9),
-    }, groups
+    }
+    engine_stats = {key: after[key] - before.get(key, 0) for key in after}
+    if engine_stats:
+        row["engine"] = engine_stats
+    return _rates(row), groups
+
+
+def _rates(row: dict[str, Any]) -> dict[str, Any]:
+    row["tokens_per_s_generate"] = row["generated_tokens"] / max(row["generate_s"], 1e-9)
+    row["tokens_per_s_wall"] = row["generated_tokens"] / max(row["wall_s"], 1e-9)
+    row["turns_per_s_wall"] = row["turns"] / max(row["wall_s"], 1e-9)
+    return row
 
 
 def trainer_and_sampler_logprobs(
@@ -89,22 +87,27 @@ def trainer_and_sampler_logprobs(
                 behaviour += turn.old_logprobs
             with torch.no_grad():
                 logp, _ = policy.token_logprobs(ids, torch.ones_like(ids), targets, temperature=temperature, top_p=top_p)
-            old += logp[0].tolist()
+            old += logp[0].tolist()  # one row: the union of target positions is its own, in order
     return np.asarray(old), np.asarray(behaviour)
 
 
-def start_llamacpp(policy: Policy, config: TrainConfig, spec: RolloutSpec, slots: int) -> RolloutEngine | str:
-    """The llama.cpp engine for the benchmark, synced to the policy's weights, or why there is none."""
-    problem = missing_requirement()
-    if problem is None and resolve_engine("auto", policy) != "llamacpp":
-        problem = "the policy is not a model the llamacpp engine serves"
-    if problem:
-        return problem
-    kind, path = resolve_source(config.policy)
-    engine = make_engine("llamacpp", policy, slots, spec.max_context_tokens, spec.llamacpp,
-                         source_gguf=path if kind == "gguf" else None)
+def available_engines(policy: Policy) -> dict[str, str | None]:
+    """Each engine other than hf, and why it cannot run here (None when it can)."""
+    from mapo.engines.vllm_engine import missing_requirement, supports
+
+    return {"vllm": missing_requirement() or supports(policy.model)}
+
+
+def start_engine(name: str, policy: Policy, spec: RolloutSpec, slots: int) -> tuple[RolloutEngine, dict[str, float]]:
+    """The engine, synced to the policy's weights, and what starting it cost (construction, first sync)."""
+    from mapo.engines.vllm_engine import shut_down_kept
+
+    shut_down_kept()  # a started engine kept from earlier in this process would hide the start-up
+    began = time.perf_counter()
+    engine = make_engine(name, policy, slots, spec.max_context_tokens, vllm=spec.vllm)
+    built = time.perf_counter()
     engine.sync(0)
-    return engine
+    return engine, {"start_s": built - began, "first_sync_s": time.perf_counter() - built}
 
 
 def bench_rollout(
@@ -116,139 +119,93 @@ def bench_rollout(
     turns: int | None = None,
     max_new_tokens: int | None = None,
     repeats: int = 1,
-    engines: bool = True,
+    engines: tuple[str, ...] | None = None,
     sequential: bool = True,
 ) -> dict[str, Any]:
     """Time `trajectories` dialogues in every mode, alternating the order over `repeats`.
 
     `turns` and `max_new_tokens` default to the config's rollout.max_turns / max_new_tokens;
-    `engines=False` leaves the llama.cpp engine out, `sequential=False` the one-at-a-time mode.
+    `engines` names the engines beside hf (default: every one installed; () for none).
     """
     turns = turns or config.rollout.max_turns
     max_new_tokens = max_new_tokens or config.rollout.max_new_tokens
     chosen, base = bench_rollout_spec(config, scenarios, trajectories, turns, max_new_tokens)
     single = dataclasses.replace(base, samples_per_scenario=1, scenarios_per_step=1)
     n = base.samples_per_scenario
-    runs = {
-        "batched": [(chosen, base)],
-        "sequential": [([s], single) for s in chosen for _ in range(n)],
-        "llamacpp": [(chosen, dataclasses.replace(base, continuous=True))],
-        "llamacpp_waves": [(chosen, dataclasses.replace(base, continuous=False))],
-    }
-    torch.manual_seed(config.seed)
-    HfEngine(policy).sample([policy.first_prompt_ids("warm up", "hello")], 2)  # first-call overheads off the clock
-    started = time.perf_counter()
-    llama = start_llamacpp(policy, config, base, trajectories) if engines else "--no-engines"
-    engine_start_s = time.perf_counter() - started
-    modes = ["batched"] + (["sequential"] if sequential else [])
-    modes += [] if isinstance(llama, str) else ["llamacpp", "llamacpp_waves"]
-    totals: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
-    llama_groups: list[Group] = []
+    reasons = available_engines(policy)
+    wanted = list(reasons) if engines is None else list(engines)
+    skipped = {name: reasons.get(name) or "unknown engine" for name in wanted if reasons.get(name, "unknown engine")}
+    runs: dict[str, list[tuple[list[Scenario], RolloutSpec]]] = {"hf": [(chosen, base)]}
+    if sequential:
+        runs["sequential"] = [([s], single) for s in chosen for _ in range(n)]
+    started: dict[str, RolloutEngine] = {}
+    extra: dict[str, Any] = {"skipped": skipped} if skipped else {}
+    sampled: dict[str, list[Group]] = {}
+    totals: dict[str, list[dict[str, Any]]] = {}
     try:
-        if not isinstance(llama, str):
-            llama.sample([policy.first_prompt_ids("warm up", "hello")], 2)
+        for name in [e for e in wanted if e not in skipped]:
+            engine, cost = start_engine(name, policy, base, trajectories)
+            started[name] = engine
+            extra.setdefault("engines", {})[name] = cost
+            runs[name] = [(chosen, base)]
+        modes = list(runs)
+        totals = {mode: [] for mode in modes}
         with ThreadPoolExecutor(max_workers=config.rollout.env_workers) as pool:
             for r in range(repeats):
                 for mode in modes if r % 2 == 0 else modes[::-1]:
-                    engine = None if isinstance(llama, str) or not mode.startswith("llamacpp") else llama
+                    engine = started.get(mode)
                     if engine is not None:
-                        llama.sync(0)  # an empty KV cache: no mode starts from prefixes another left in the slots
+                        engine.sync(0)  # an empty cache: no mode starts from prefixes another left behind
                     row, groups = measure(policy, runs[mode], make_env, pool, config.seed + r, engine)
                     totals[mode].append(row)
-                    if mode == "llamacpp":
-                        llama_groups = groups
-        extra: dict[str, Any] = {"llamacpp_skipped": llama} if isinstance(llama, str) else {
-            "engine_start_s": engine_start_s,
-            "base_type": llama.base_type,
-            "weight_bytes": llama.base_gguf.stat().st_size,
-            "sync": vars(llama.sync(1)),
-            "mismatch": vars(
-                mismatch_stats(*trainer_and_sampler_logprobs(policy, llama_groups, base.temperature, base.top_p))
-            ),
-        }
+                    sampled.setdefault(mode, groups)
+        for name in extra.get("engines", {}):
+            engine = started[name]
+            sync = engine.sync(1)
+            extra["engines"][name].update({
+                "sync_s": sync.export_s + sync.load_s, "sync_mb": sync.bytes / 1e6,
+                "mismatch": vars(mismatch_stats(*trainer_and_sampler_logprobs(
+                    policy, sampled[name], base.temperature, base.top_p))),
+            })
     finally:
-        if not isinstance(llama, str):
-            llama.close()
+        for engine in started.values():
+            engine.close()
     summary = {mode: _sum(rows) for mode, rows in totals.items()}
-    if not isinstance(llama, str):
-        limits = machine_limits()
-        extra["machine_limits"] = limits
-        for mode in ("llamacpp", "llamacpp_waves"):
-            extra.setdefault("breakdown", {})[mode] = breakdown(summary[mode], extra, policy, limits, trajectories)
-    ratios = {}
-    if sequential:
-        ratios = {
-            key: summary["batched"][key] / max(summary["sequential"][key], 1e-9)
-            for key in ("tokens_per_s_generate", "tokens_per_s_wall")
-        }
-    if "llamacpp" in summary:
-        for mode, suffix in (("llamacpp", ""), ("llamacpp_waves", "_waves")):
-            ratios[f"llamacpp{suffix}_over_hf"] = summary[mode]["tokens_per_s_generate"] / max(
-                summary["batched"]["tokens_per_s_generate"], 1e-9
-            )
-            ratios[f"llamacpp{suffix}_over_hf_wall"] = summary[mode]["tokens_per_s_wall"] / max(
-                summary["batched"]["tokens_per_s_wall"], 1e-9
-            )
+    ratios: dict[str, float] = {}
+    for mode in summary:
+        if mode == "hf":
+            continue
+        for key in ("tokens_per_s_generate", "tokens_per_s_wall", "turns_per_s_wall"):
+            ratios[f"{mode}_over_hf_{key}"] = summary[mode][key] / max(summary["hf"][key], 1e-9)
     return {
         **extra,
         "settings": {
-            "trajectories": trajectories,
-            "turns": turns,
-            "max_new_tokens": max_new_tokens,
-            "repeats": repeats,
+            "trajectories": trajectories, "turns": turns, "max_new_tokens": max_new_tokens,
+            "max_sentences": base.max_sentences, "temperature": base.temperature, "repeats": repeats,
             "samples_per_scenario": n,
         },
-        "modes": {mode: {k: v for k, v in row.items() if k != "worker"} for mode, row in summary.items()},
+        "modes": summary,
         "repeats": totals,
         "ratios": ratios,
-        "target": {"tokens_per_s_generate": 4.0, "llamacpp_over_hf": 4.0},
-    }
-
-
-def breakdown(row: dict[str, Any], engine: dict[str, Any], policy: Policy, limits: dict[str, float], slots: int) -> dict[str, Any]:
-    """Where an engine mode's time went, the decode batch's occupancy, and the fraction of the bound reached
-    (`engine`: its base type and weight bytes)."""
-    worker = row.get("worker", {})
-    parts = {key: worker.get(key, 0.0) for key in ("prefill_s", "decode_s", "sample_s", "stop_s")}
-    parts["worker_overhead_s"] = worker.get("step_s", 0.0) - sum(parts.values())  # batch filling, bookkeeping
-    parts["worker_idle_s"] = max(0.0, worker.get("worker_s", 0.0) - worker.get("step_s", 0.0))  # waiting for contexts
-    parts["round_trip_s"] = worker.get("round_trip_s", 0.0)
-    parts["env_s"] = row["env_s"]
-    rows = worker.get("decode_rows", 0) / max(worker.get("decode_steps", 0), 1)
-    decode_rate = worker.get("decode_rows", 0) / max(worker.get("decode_s", 0.0), 1e-9)
-    params = sum(p.numel() for name, p in policy.model.named_parameters() if "lora_" not in name)
-    peak = limits["matmul_peak_bf16_gflops" if engine["base_type"] == "BF16" else "matmul_peak_fp32_gflops"]
-    bound = decode_bound(params, engine["weight_bytes"], rows, peak, limits["memory_gb_s"])
-    return {
-        **parts,
-        "wall_s": row["wall_s"],
-        "decode_steps": worker.get("decode_steps", 0),
-        "mean_rows": rows,
-        "occupancy": rows / slots,
-        "decode_tokens_per_s": decode_rate,
-        **bound,
-        "fraction_of_bound": decode_rate / bound["bound_tokens_per_s"],
     }
 
 
 def _sum(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {
-        k: sum(r[k] for r in rows)
-        for k in ("trajectories", "turns", "generated_tokens", "generate_s", "env_s", "wall_s")
+        k: sum(r[k] for r in rows) for k in ("trajectories", "turns", "generated_tokens", "generate_s", "env_s", "wall_s")
     }
-    out["tokens_per_s_generate"] = out["generated_tokens"] / max(out["generate_s"], 1e-9)
-    out["tokens_per_s_wall"] = out["generated_tokens"] / max(out["wall_s"], 1e-9)
-    workers = [r["worker"] for r in rows if "worker" in r]
-    if workers:
-        out["worker"] = {key: sum(w.get(key, 0) for w in workers) for key in workers[0]}
-    return out
+    stats = [r["engine"] for r in rows if "engine" in r]
+    if stats:
+        out["engine"] = {key: sum(s.get(key, 0) for s in stats) for key in stats[0]}
+    return _rates(out)
 
 
 COLUMNS = [
     ("trajectories", "trajectories", "{:.0f}"),
+    ("turns", "turns", "{:.0f}"),
     ("generated_tokens", "tokens", "{:.0f}"),
     ("generate_s", "generate s", "{:.1f}"),
     ("env_s", "env s", "{:.1f}"),
-    ("tokens_per_s_generate", "tok/s (generate)", "{:.1f}"),
     ("tokens_per_s_wall", "tok/s (wall)", "{:.1f}"),
+    ("turns_per_s_wall", "turns/s (wall)", "{:.2f}"),
 ]

@@ -19,7 +19,7 @@ from mapo.provenance import machine_description
 
 # name -> (what it measures, the ratio key its target applies to)
 BENCHMARKS: dict[str, str] = {
-    "rollout": "batched multi-turn rollout vs one trajectory at a time, llama.cpp engine vs hf (generate tok/s)",
+    "rollout": "the vLLM engine vs hf, and batched vs one trajectory at a time (tokens/s, turns/s)",
     "train": "one packed sequence per trajectory vs one sequence per turn, 6 turns (update time)",
     "mfu": "training tokens/s as counted model FLOPs per second over the measured matmul peak",
     "env": "environment step latency (the configured judge) vs one policy reply",

@@ -57,7 +57,7 @@ DtypeOpt = Annotated[str, typer.Option(help="float32 or bfloat16 (local models).
 BatchOpt = Annotated[int, typer.Option(help="Questions per generate call (local) or in flight (endpoint).")]
 TemperatureOpt = Annotated[float, typer.Option(help="Sampling temperature; 0 = greedy.")]
 EngineOpt = Annotated[
-    str, typer.Option(help="Rollout engine of a local model: auto (llamacpp when installed, else hf), hf or llamacpp.")
+    str, typer.Option(help="Rollout engine of a local model: auto (vllm when installed, else hf), hf or vllm.")
 ]
 LimitOpt = Annotated[Optional[int], typer.Option(help="Only the first N items (per task), after filtering.")]
 OutOpt = Annotated[Optional[Path], typer.Option("--output", help="Output folder (default: runs/<command>-<time>).")]

@@ -48,11 +48,14 @@ def bench_rollout_command(
         Optional[int], typer.Option(help="Reply length cap (default: rollout.max_new_tokens).")
     ] = None,
     repeats: Annotated[int, typer.Option(help="Alternating repetitions of all modes.")] = 1,
-    engines: Annotated[bool, typer.Option(help="Also time the llama.cpp engine (when installed).")] = True,
+    engine: Annotated[
+        Optional[list[str]], typer.Option(help="An engine to time beside hf (repeatable; default: every one installed; none: only hf).")
+    ] = None,
     sequential: Annotated[bool, typer.Option(help="Also time one trajectory at a time (the slowest mode).")] = True,
     output: BenchOutOpt = None,
 ) -> None:
-    """Batched rollout vs one trajectory at a time, and the llama.cpp engine vs hf: tokens/s, ratios, where the time goes."""
+    """The rollout engines against hf, and batched vs one trajectory at a time: tokens/s, turns/s, start-up, mismatch."""
+    engines = None if engine is None else tuple(e for e in engine if e != "none")
     _suite_bench("rollout", config, set_, output, trajectories=trajectories, turns=turns,
                  max_new_tokens=max_new_tokens, repeats=repeats, engines=engines, sequential=sequential)
 

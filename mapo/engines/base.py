@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -89,6 +89,10 @@ class RolloutEngine(Protocol):
     def sync(self, version: int) -> SyncStats: ...
 
     def check_version(self, version: int) -> None: ...
+
+    def describe(self) -> dict[str, Any]:
+        """What samples: the engine's name and the settings it runs with (logged in the run folder)."""
+        ...
 
     def close(self) -> None: ...
 

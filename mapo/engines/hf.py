@@ -213,5 +213,8 @@ class HfEngine:
     def check_version(self, version: int) -> None:
         require_version(self.name, self.version, version)
 
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "where": "in process, the trainer's torch model (generate)"}
+
     def close(self) -> None:
         pass

@@ -47,12 +47,12 @@ class PolicyResponder:
         return [self.policy.decode(ids) for ids in self.engine.greedy(contexts, max_tokens)]
 
     def close(self) -> None:
-        """Stop the engine (a llama.cpp worker process and its exported weights)."""
+        """Release the engine (a vLLM engine is kept started for the next one of its shape)."""
         self.engine.close()
 
 
 def policy_responder(policy: Any, label: str, engine_name: str = "auto", concurrency: int = 8) -> PolicyResponder:
-    """A loaded policy answering through the rollout engine `engine_name` (auto | hf | llamacpp,
+    """A loaded policy answering through the rollout engine `engine_name` (auto | hf | vllm,
     mapo.engines.factory), `concurrency` sequences at once, its weights synced."""
     from mapo.engines.factory import make_engine
 
@@ -106,7 +106,7 @@ def load_responder(
 ) -> Responder:
     """A local policy (`model`: HF folder, .gguf file, "embedded", "tiny", a training run or checkpoint)
     or an endpoint (`endpoint` URL). A local policy answers through the rollout engine
-    `engine_name` (auto | hf | llamacpp, mapo.engines.factory) with `concurrency` sequences at once."""
+    `engine_name` (auto | hf | vllm, mapo.engines.factory) with `concurrency` sequences at once."""
     if (model is None) == (endpoint is None):
         raise ValueError("give exactly one of a model (--model) or an OpenAI-compatible endpoint (--endpoint)")
     if endpoint is not None:

@@ -63,7 +63,7 @@ class EvalSpec:
     seed: int = 0
     scenarios_per_batch: int = 4  # scenarios rolled out together (x samples dialogues per generate call)
     env_workers: int = 8
-    engine: str = "auto"  # what samples a local policy's replies: auto | hf | llamacpp (mapo.engines)
+    engine: str = "auto"  # what samples a local policy's replies: auto | hf | vllm (mapo.engines)
     # a summary with more turns than this scored on judge/director fallbacks is invalid (mapo.evaluate.validity)
     max_fallback_fraction: float = 0.5
     allow_fallbacks: bool = False  # keep an invalid summary (exit 0); it stays marked invalid

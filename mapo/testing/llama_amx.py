@@ -3,10 +3,8 @@
 With llama-cpp-python 0.3.35 and 0.3.36 on an Intel Xeon with `amx_int8`, the shipped Q4_1 file
 crashes the process (SIGSEGV) on the first batch of more than one token: the weights go to
 llama.cpp's extra buffer types (AMX and repacked layouts), whose batched kernel fails. Loading
-without extra buffer types avoids it. F16 weights (what the engine writes for a trained policy)
-never use the AMX kernels, so training and evaluation on the engine are unaffected; the paths that
-read the quantised file are (`rollout.llamacpp.base_type=source`, the OpenAI-compatible server of
-the tests and of `mapo bench llm-env`).
+without extra buffer types avoids it. The local OpenAI-compatible server of the tests and of
+`mapo bench llm-env` serves that file, so it loads it this way.
 """
 
 from __future__ import annotations

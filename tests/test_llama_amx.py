@@ -1,4 +1,4 @@
-"""mapo.engines.amx: llama.cpp loads quantised weights without its extra buffer types where the
+"""mapo.testing.llama_amx: llama.cpp loads quantised weights without its extra buffer types where the
 CPU exposes AMX (their batched kernel crashes there). The real load is what the llama.cpp server
 tests and `base_type=source` tests run on such a CPU."""
 
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from mapo.engines import amx
+from mapo.testing import llama_amx as amx
 
 
 def test_amx_is_read_from_the_cpu_flags(tmp_path):
