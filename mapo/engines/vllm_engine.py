@@ -60,8 +60,8 @@ class VllmSpec:
     # memory for the paged KV cache, GiB (CPU and GPU alike); a step's dialogues need
     # slots x max_context_tokens x layers x 2 x kv_heads x head_dim x bytes, which vLLM checks at start
     kv_cache_gb: float = 2.0
-    # eager: start-up ~10 s here; compiled: ~1.3x the decode speed after 80-140 s of compiling at
-    # every start (its cache does not load on this CPU), more than a 10-step run gains (docs/engines.md)
+    # eager: start-up 6-10 s here; compiled: ~1.3x the decode speed after 80-140 s of compiling at
+    # every start (as measured when this engine was proposed), more than a 10-step run gains
     enforce_eager: bool = True
     # what vLLM computes in: auto = the dtype of the trainer's weights; float32 | bfloat16 | float16
     dtype: str = "auto"
