@@ -228,12 +228,10 @@ def test_a_failure_inside_vllm_is_an_engine_error_naming_it(llama, monkeypatch):
 def test_an_unsupported_architecture_falls_back_to_hf_under_auto(tmp_path):
     from mapo.engines.factory import resolve_engine
 
-    phi3 = {**_SHAPE, "model_type": "phi3", "architectures": ["NoSuchModelForCausalLM"], "num_hidden_layers": 1,
-            "pad_token_id": 0}
-    path = tmp_path / "phi3.json"
-    path.write_text(json.dumps({**phi3, "model_type": "llama"}))
+    path = tmp_path / "llama.json"
+    path.write_text(json.dumps({**CONFIGS["llama"], "num_hidden_layers": 1}))
     policy = load_policy(PolicySpec(model=f"random:{path}", dtype="float32", lora=LoraSpec(enabled=False)))
-    policy.model.config.architectures = ["NoSuchModelForCausalLM"]
+    policy.model.config.architectures = ["NoSuchModelForCausalLM"]  # a name vLLM has no class for
     assert "NoSuchModelForCausalLM" in supports(policy.model)
     assert resolve_engine("auto", policy) == "hf"
 

@@ -344,15 +344,16 @@ class VllmEngine:
         counts = Counter(tuple(c) for c in contexts)
         shared = [list(c) for c, n in counts.items() if n > 1]
         if shared:
-            self._generate(shared, [self._params(1, temperature=0.0)] * len(shared))
+            self._generate(shared, [self._params(1, temperature=0.0)] * len(shared), count=False)
             self.stats["shared_prefills"] += len(shared)
 
     def _params(self, max_new_tokens: int, **kwargs: Any) -> Any:
         return import_vllm().SamplingParams(max_tokens=max_new_tokens, stop_token_ids=[self.policy.end_of_turn_id],
                               detokenize=False, **kwargs)
 
-    def _generate(self, contexts: Sequence[Sequence[int]], params: list[Any]) -> list[Any]:
-        """vLLM's first completion of every context, in order; EngineError naming the failure."""
+    def _generate(self, contexts: Sequence[Sequence[int]], params: list[Any], count: bool = True) -> list[Any]:
+        """vLLM's first completion of every context, in order; EngineError naming the failure.
+        `count`: add it to `stats` (a shared opening's prefill is not a reply)."""
         if self.closed:
             raise EngineError("the vllm engine is closed")
         if not contexts:
@@ -364,6 +365,8 @@ class VllmEngine:
             raise EngineError(f"the vllm engine failed while sampling {len(contexts)} replies: "
                               f"{type(err).__name__}: {err}") from err
         self.stats["generate_s"] += time.perf_counter() - started
+        if not count:
+            return [r.outputs[0] for r in results]
         self.stats["requests"] += len(contexts)
         self.stats["tokens_sampled"] += sum(len(r.outputs[0].token_ids) for r in results)
         self.stats["prompt_tokens"] += sum(len(c) for c in contexts)
