@@ -14,26 +14,28 @@ The maths is DESIGN.md section 2:
 - `mapo`:  alpha * turn + (1 - alpha) * batch.
 - `mapo_ragged`: MAPO without the T_min cut (not the paper's rule): turn t's statistics pool
   the trajectories that reach t, the batch pool holds every turn; every turn is trained.
+- `mapo_state`: mapo_ragged whose turn half normalises G_{i,t} among the group's turns that share
+  its state key (turn.info["state_key"]), else by turn index (mapo.advantage_state).
 - `grpo`:  norm(R_i; {R_j}) with R_i = sum_t r_{i,t}, on every turn (no T_min cut);
   `reinforce_pp` the same with statistics over the whole batch; `rloo`: R_i minus
   the mean of the others' R_j.
 
 Estimators are registered by name with `@register_estimator` (or come from a plug-in
 package, see `mapo.registry`); each takes the padded groups of a batch ([N, T_max]
-rewards plus a mask) and its parameters, and returns advantages, the mask of trained
-turns and named components for logging.
+rewards plus a mask, and each turn's optional state key) and its parameters, and returns
+advantages, the mask of trained turns and named components for logging.
 """
 
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
 
+from mapo.advantage_input import GroupKeys, PaddedGroup, pad_group, state_keys
 from mapo.registry import Registry
 from mapo.types import Group, Nested
 
@@ -92,22 +94,6 @@ class AdvantageSpec(AdvantageParams):
         return {**{name: getattr(self, name) for name in PARAM_NAMES}, **self.options}
 
 
-@dataclass(frozen=True)
-class PaddedGroup:
-    """One group's rewards padded to [N, T_max]; `mask` marks the turns that exist."""
-
-    rewards: np.ndarray  # [N, T_max] float, 0 on padding
-    mask: np.ndarray  # [N, T_max] bool
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return self.mask.sum(axis=1)
-
-    @property
-    def t_min(self) -> int:
-        return int(self.lengths.min())
-
-
 @dataclass
 class EstimatorOutput:
     """Per group: advantages [N, T_max], the trained-turn mask, and logging components."""
@@ -119,7 +105,8 @@ class EstimatorOutput:
 
 Estimator = Callable[[list[PaddedGroup], AdvantageParams], EstimatorOutput]
 # Plug-ins: `@register_estimator`, an entry point of group "mapo.estimators", or "package.module:function".
-ESTIMATORS: Registry[Estimator] = Registry("advantage estimator", group="mapo.estimators")
+ESTIMATORS: Registry[Estimator] = Registry(
+    "advantage estimator", group="mapo.estimators", builtins={"mapo_state": "mapo.advantage_state:mapo_state_estimator"})
 
 
 def register_estimator(name: str, params: type[AdvantageParams] = AdvantageParams) -> Callable[[Estimator], Estimator]:
@@ -307,36 +294,6 @@ def rloo_estimator(groups: list[PaddedGroup], params: AdvantageParams) -> Estima
 # ---------------------------------------------------------------- public entry points
 
 
-def pad_group(rewards: Sequence[Sequence[float]], where: str = "group") -> PaddedGroup:
-    """Validate one group of per-trajectory reward lists and pad it to [N, T_max]."""
-    if isinstance(rewards, (str, bytes)) or not isinstance(rewards, (Sequence, np.ndarray)):
-        raise ValueError(f"{where}: expected a list of per-trajectory reward lists, got {type(rewards).__name__}")
-    if len(rewards) == 0:
-        raise ValueError(f"{where} is empty: a group needs at least one trajectory")
-    rows = []
-    for i, traj in enumerate(rewards):
-        if isinstance(traj, (str, bytes)) or not isinstance(traj, (Sequence, np.ndarray)):
-            raise ValueError(f"{where}, trajectory {i}: expected a list of per-turn rewards, got {type(traj).__name__}")
-        if len(traj) == 0:
-            raise ValueError(f"{where}, trajectory {i} is empty: every trajectory needs at least one turn")
-        for t, x in enumerate(traj):
-            if not isinstance(x, numbers.Real):
-                raise ValueError(f"{where}, trajectory {i}, turn {t + 1}: reward {x!r} is not a number")
-        row = np.asarray(traj, dtype=float)
-        bad = np.flatnonzero(~np.isfinite(row))
-        if bad.size:
-            t = int(bad[0])
-            raise ValueError(f"{where}, trajectory {i}, turn {t + 1}: reward {float(row[t])} is not finite")
-        rows.append(row)
-    t_max = max(r.size for r in rows)
-    padded = np.zeros((len(rows), t_max))
-    mask = np.zeros((len(rows), t_max), dtype=bool)
-    for i, row in enumerate(rows):
-        padded[i, : row.size] = row
-        mask[i, : row.size] = True
-    return PaddedGroup(rewards=padded, mask=mask)
-
-
 def _unpad(values: np.ndarray, trained: np.ndarray, group: PaddedGroup) -> list[list[float | None]]:
     lengths = group.lengths
     return [
@@ -349,31 +306,38 @@ def compute_batch(
     name: str,
     groups: Sequence[Sequence[Sequence[float]]],
     return_components: bool = False,
+    keys: Sequence[GroupKeys] | None = None,
     **params: Any,
 ) -> Nested | tuple[Nested, dict[str, Nested]]:
     """Advantages for a batch of groups (the shape of `groups`, None where no loss).
 
+    `keys`: each turn's state key, the shape of `groups` (None = no key; only mapo_state reads them).
     Params: gamma (1.0), alpha (0.5), eps (1e-6), scope ("group" or "batch").
     With return_components=True also returns the estimator's parts for logging,
     each in the same nested shape: "turn", "batch", "mixed" for mapo/turn/batch;
-    "outcome" for grpo/reinforce_pp; "outcome", "baseline" for rloo.
+    "outcome" for grpo/reinforce_pp; "outcome", "baseline" for rloo; mapo_state adds "state_keyed".
     """
-    return _estimate(name, groups, estimator_params(name, params), return_components)
+    return _estimate(name, groups, estimator_params(name, params), return_components, keys)
 
 
 def compute_advantages(groups: Sequence[Group], spec: AdvantageSpec) -> tuple[Nested, dict[str, Nested]]:
-    """A training step's advantages [group][trajectory][turn] from its turns' rewards, and the
-    estimator's components (for logging), with the parameters the spec validated once."""
-    return _estimate(spec.estimator, [g.rewards for g in groups], spec.validated, True)  # type: ignore[return-value]
+    """A training step's advantages [group][trajectory][turn] from its turns' rewards (and state
+    keys, turn.info["state_key"]), and the estimator's components (for logging), with the
+    parameters the spec validated once."""
+    keys = state_keys(groups)
+    return _estimate(spec.estimator, [g.rewards for g in groups], spec.validated, True, keys)  # type: ignore[return-value]
 
 
 def _estimate(
-    name: str, groups: Sequence[Sequence[Sequence[float]]], params: AdvantageParams, return_components: bool
+    name: str, groups: Sequence[Sequence[Sequence[float]]], params: AdvantageParams, return_components: bool,
+    keys: Sequence[GroupKeys] | None = None,
 ) -> Nested | tuple[Nested, dict[str, Nested]]:
     estimator = get_estimator(name)
     if isinstance(groups, (str, bytes)) or not isinstance(groups, (Sequence, np.ndarray)) or len(groups) == 0:
         raise ValueError("groups: expected a non-empty list of groups (each a list of per-trajectory reward lists)")
-    padded = [pad_group(g, where=f"group {k}") for k, g in enumerate(groups)]
+    if keys is not None and (isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence) or len(keys) != len(groups)):
+        raise ValueError(f"keys: expected the state keys of each of the {len(groups)} groups, got {keys!r:.80}")
+    padded = [pad_group(g, f"group {k}", None if keys is None else keys[k]) for k, g in enumerate(groups)]
     out = estimator(padded, params)
     advantages = [_unpad(a, m, g) for a, m, g in zip(out.advantages, out.trained, padded)]
     if not return_components:
@@ -388,10 +352,11 @@ def compute_group(
     name: str,
     rewards: Sequence[Sequence[float]],
     return_components: bool = False,
+    keys: GroupKeys | None = None,
     **params: Any,
 ) -> list[list[float | None]] | tuple[list[list[float | None]], dict[str, list[list[float | None]]]]:
-    """Advantages for one group: N per-trajectory reward lists in, the same shape out."""
-    result = compute_batch(name, [rewards], return_components=return_components, **params)
+    """Advantages for one group: N per-trajectory reward lists (and their state keys) in, the same shape out."""
+    result = compute_batch(name, [rewards], return_components, None if keys is None else [keys], **params)
     if not return_components:
         return result[0]  # type: ignore[return-value]
     advantages, components = result

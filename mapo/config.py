@@ -20,22 +20,50 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
 
 from mapo.advantages import AdvantageSpec
 from mapo.losses import LossSpec
-from mapo.methods.compeer import ReasoningSpec
-from mapo.methods.rapo import RapoSpec
 from mapo.model_source import LoraSpec, PolicySpec
+from mapo.registry import Registry
 from mapo.rollout import RolloutSpec
 from mapo.runtime import check_threads
 from mapo.validation import read_yaml
 
 SFT_SCHEDULES = ("constant", "linear", "cosine")  # the sft section's learning-rate schedules
-# mappings passed through to user code unchecked
-FREE_FORM = ("env.options", "advantage.options", "rapo.ranker_backend", "rapo.hindsight_backend")
+# mappings passed through to user code unchecked (a method's section names its own in `free_form`)
+FREE_FORM = ("env.options", "advantage.options")
+
+# The optional methods' sections (mapo.methods): key -> dataclass, imported when first needed, so the
+# config imports no method. The class may list its free-form mappings (a ClassVar `free_form`); any
+# section may check the whole config (`check_config(config)`, raising ValueError).
+METHOD_SECTIONS: Registry[type] = Registry(
+    "method config section",
+    builtins={"rapo": "mapo.methods.rapo:RapoSpec", "reasoning": "mapo.methods.compeer:ReasoningSpec"},
+)
+
+
+@dataclass(frozen=True)
+class MethodSection:
+    """A TrainConfig field `Annotated[Any, MethodSection(name)]` holds that method section: its
+    dataclass gives the default, the keys `_merge` accepts and pydantic's checks."""
+
+    name: str
+
+    def spec(self) -> type:
+        return METHOD_SECTIONS.resolve(self.name)
+
+    def default(self) -> Any:
+        return self.spec()()
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
+        return handler.generate_schema(self.spec())
+
+
+RAPO = MethodSection("rapo")
+REASONING = MethodSection("reasoning")
 
 
 class ConfigError(ValueError):
@@ -154,8 +182,9 @@ class TrainConfig:
     advantage: AdvantageSpec = field(default_factory=AdvantageSpec)
     loss: LossSpec = field(default_factory=LossSpec)
     optim: OptimSpec = field(default_factory=OptimSpec)
-    rapo: RapoSpec = field(default_factory=RapoSpec)  # RAPO options (mapo.methods.rapo, docs/methods.md)
-    reasoning: ReasoningSpec = field(default_factory=ReasoningSpec)  # COMPEER structured reasoning (mapo.methods.compeer)
+    rapo: Annotated[Any, RAPO] = field(default_factory=RAPO.default)  # RAPO options (mapo.methods.rapo, docs/methods.md)
+    # COMPEER structured reasoning (mapo.methods.compeer)
+    reasoning: Annotated[Any, REASONING] = field(default_factory=REASONING.default)
     sft: SftSpec = field(default_factory=SftSpec)  # supervised warm start before RL, off until sft.train_file is set (mapo.sft)
 
     def __post_init__(self) -> None:
@@ -172,19 +201,10 @@ class TrainConfig:
         from mapo.tracking import validate_names
 
         validate_names(self.report_to)
-        if self.rapo.branching:  # the ranker's scores replace every reward: these would be ignored silently
-            ignored = []
-            if self.reward.kind != "idr":
-                ignored.append(f"reward.kind={self.reward.kind} (the offline ranker ranks by IDR)")
-            if self.reward.redundancy:
-                ignored.append("reward.redundancy")
-            if self.reasoning.enabled and self.reasoning.format_weight > 0:
-                ignored.append("the reasoning format reward (reasoning.format_weight > 0)")
-            if ignored:
-                raise ValueError(
-                    f"rapo.branching trains on the ranker's scores, so {', '.join(ignored)} would have no effect; "
-                    "drop it, or turn rapo.branching off"
-                )
+        for section in dataclasses.fields(self):  # a section's checks against the rest of the config
+            check = getattr(getattr(self, section.name), "check_config", None)
+            if callable(check):
+                check(self)
 
 
 def default_config_path() -> Path:
@@ -209,8 +229,13 @@ def resolve_config_path(path: str | Path) -> Path:
 
 
 def _section_types(cls: type) -> dict[str, Any]:
-    hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+    """Each field's type; a method section's (`MethodSection`) is its dataclass."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    types = {}
+    for f in dataclasses.fields(cls):
+        marks = [m for m in getattr(hints[f.name], "__metadata__", ()) if isinstance(m, MethodSection)]
+        types[f.name] = marks[0].spec() if marks else hints[f.name]
+    return types
 
 
 def _merge(base: dict[str, Any], update: Any, cls: type, where: str) -> None:
@@ -234,12 +259,17 @@ def _merge(base: dict[str, Any], update: Any, cls: type, where: str) -> None:
             if not isinstance(base.get(key), dict):  # an earlier layer set the section to null
                 base[key] = {}
             _merge(base[key], value, kind, dotted)
-        elif dotted in FREE_FORM and isinstance(value, dict) and isinstance(base.get(key), dict):
+        elif _free_form(cls, key, dotted) and isinstance(value, dict) and isinstance(base.get(key), dict):
             base[key] = _merged_free_form(base[key], value)
         else:
             base[key] = value
     if legacy is not _NOT_SET:  # after the mapping's own report_to, which it extends
         _legacy_tensorboard(base, legacy)
+
+
+def _free_form(cls: type, key: str, dotted: str) -> bool:
+    """Whether `key` of section `cls` is a mapping passed through unchecked (merged key by key)."""
+    return dotted in FREE_FORM or key in getattr(cls, "free_form", ())
 
 
 _NOT_SET = object()

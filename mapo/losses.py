@@ -3,7 +3,9 @@
 A trajectory trains as ONE packed sequence: the whole dialogue once, every token of
 reply t carrying A_t; user, system and padding tokens (and replies whose advantage
 is None) carry no loss. `per_turn_sequences` builds the equivalent one-sequence-per-turn
-layout (for the benchmark and the equivalence test).
+layout (for the benchmark and the equivalence test). A dialogue whose replies were sampled
+from contexts of their own (a history window, `Turn.context_ids`) trains each reply as its
+own sequence, on exactly those ids (`training_sequences` picks the layout).
 
 Loss = -sum over trained tokens of min(rho A, clip(rho, 1 - eps_low, 1 + eps_high) A),
 divided by the number of trained tokens of the whole (mini)batch, so micro-batches
@@ -23,7 +25,7 @@ import numpy as np
 import torch
 
 from mapo.engines.importance import truncated_importance_weights
-from mapo.types import Trajectory
+from mapo.types import Trajectory, Turn
 
 
 @dataclass
@@ -66,11 +68,15 @@ class TrainSequence:
 
 
 def check_reply_ids(trajectory: Trajectory) -> None:
-    """Every turn's sampled ids sit verbatim at their recorded place in the dialogue's ids."""
-    ids = trajectory.token_ids
+    """Every turn's sampled ids sit verbatim at their recorded place in the dialogue's ids (or follow
+    the turn's own context)."""
     for turn in trajectory.turns:
-        start, stop = turn.prompt_length, turn.prompt_length + len(turn.response_ids)
-        if ids[start:stop] != turn.response_ids or len(turn.old_logprobs) != len(turn.response_ids):
+        if turn.context_ids is not None:
+            placed = len(turn.context_ids) == turn.prompt_length
+        else:
+            start, stop = turn.prompt_length, turn.prompt_length + len(turn.response_ids)
+            placed = trajectory.token_ids[start:stop] == turn.response_ids
+        if not placed or len(turn.old_logprobs) != len(turn.response_ids):
             raise AssertionError(
                 f"trajectory {trajectory.scenario_id}#{trajectory.sample_index}, turn {turn.index}: "
                 "the trained ids are not the sampled ids"
@@ -105,7 +111,26 @@ def _trained_turns(trajectory: Trajectory, advantages: Sequence[float | None]) -
 def packed_sequence(trajectory: Trajectory, advantages: Sequence[float | None]) -> TrainSequence | None:
     """The whole dialogue as one sequence (cut after the last trained reply); None if nothing trains."""
     turns = _trained_turns(trajectory, advantages)
+    if any(trajectory.turns[k].context_ids is not None for k in turns):
+        raise ValueError(f"trajectory {trajectory.scenario_id}#{trajectory.sample_index}: its replies were sampled "
+                         "from contexts of their own (a history window) and cannot be packed; use training_sequences")
     return _sequence(trajectory, advantages, turns) if turns else None
+
+
+def _own_context_sequence(turn: Turn, advantage: float) -> TrainSequence:
+    """One reply after the context it was sampled from, the reply trained."""
+    context, n = list(turn.context_ids or []), len(turn.response_ids)
+    return TrainSequence(context + turn.response_ids, [False] * len(context) + [True] * n,
+                         [0.0] * len(context) + [float(advantage)] * n, [0.0] * len(context) + [float(x) for x in turn.old_logprobs])
+
+
+def training_sequences(trajectory: Trajectory, advantages: Sequence[float | None]) -> list[TrainSequence]:
+    """What a trajectory trains as: one packed sequence, or one per trained reply when the replies
+    had contexts of their own."""
+    turns = _trained_turns(trajectory, advantages)
+    if any(trajectory.turns[k].context_ids is not None for k in turns):
+        return [_own_context_sequence(trajectory.turns[k], float(advantages[k])) for k in turns]  # type: ignore[arg-type]
+    return [_sequence(trajectory, advantages, turns)] if turns else []
 
 
 def per_turn_sequences(trajectory: Trajectory, advantages: Sequence[float | None]) -> list[TrainSequence]:
@@ -245,36 +270,3 @@ def policy_loss(
             "ratio": float(torch.exp(logp_t - old).sum()),
         }
     return LossTerms(loss_sum / total_tokens, sums, old_and_behaviour)
-
-
-# ---------------------------------------------------------------- self-distillation (RAPO)
-
-
-def topk_reverse_kl(student_logp: torch.Tensor, teacher_logp: torch.Tensor, top_k: int) -> torch.Tensor:
-    """Per-position reverse KL(student || teacher) over the student's top-K tokens plus one tail bucket.
-
-    Both inputs are log-probabilities [N, V] over the vocabulary. With S the student's
-    K most likely tokens, p the student and q the teacher:
-    head = sum_{a in S} p(a) log(p(a) / q(a)), tail = P log(P / Q) with P = 1 - p(S),
-    Q = 1 - q(S): the exact KL between the two distributions coarsened to S + {rest},
-    so it is >= 0 and 0 when they agree. Gradients flow into `student_logp` only.
-    """
-    if student_logp.shape != teacher_logp.shape or student_logp.dim() != 2:
-        raise ValueError(
-            f"topk_reverse_kl: student {tuple(student_logp.shape)} and teacher {tuple(teacher_logp.shape)} "
-            "must both be [positions, vocabulary]"
-        )
-    if top_k < 1:
-        raise ValueError(f"topk_reverse_kl: top_k must be >= 1, got {top_k}")
-    teacher_logp = teacher_logp.detach()
-    k = min(top_k, student_logp.shape[-1])
-    index = student_logp.detach().topk(k, dim=-1).indices
-    logp = student_logp.gather(-1, index)
-    logq = teacher_logp.gather(-1, index)
-    head = (logp.exp() * (logp - logq)).sum(-1)
-    if k == student_logp.shape[-1]:
-        return head
-    tiny = torch.finfo(student_logp.dtype).tiny
-    p_tail = (1.0 - logp.exp().sum(-1)).clamp_min(tiny)
-    q_tail = (1.0 - logq.exp().sum(-1)).clamp_min(tiny)
-    return head + p_tail * (p_tail.log() - q_tail.log())

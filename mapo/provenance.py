@@ -1,8 +1,7 @@
 """What produced a result: the package versions, mapo's commit and the machine, written beside
 every training run, SFT run and evaluation. A rerun that differs can then be traced to what
-changed (unpinned packages move between installs: this project's game warm start, rebuilt with the
-same command and data on a new machine, solved 34.4 % of the held-out games where it had solved
-28.7 %, and nothing on record said which version had moved)."""
+changed: unpinned packages move between installs, and a rebuild with the same command and data
+can score otherwise with nothing on record to say which version moved (docs/reliability.md)."""
 
 from __future__ import annotations
 

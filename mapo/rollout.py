@@ -5,6 +5,11 @@ engine call, then their environments step concurrently (LLM-backed roles do HTTP
 message (tokenised once) is appended, then the sampled reply ids as they are (plus
 the end-of-turn id when the reply was cut at `max_new_tokens`). So the ids a turn is
 trained on are, by construction, the ids that were sampled.
+
+An environment may supply its own context for the next reply (`Environment.reply_context`, e.g.
+the game's state): the policy then reads the system prompt, the last `history_window` exchanges
+and that message instead of the whole transcript, each reply is sampled from (and trained on)
+its own context (`Turn.context_ids`), and the transcript still records the whole dialogue.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from mapo.engines import ENGINE_CHOICES
 from mapo.engines.base import KVCache, RolloutEngine, Sample
 from mapo.engines.hf import HfEngine
 from mapo.engines.vllm_engine import VllmSpec
-from mapo.envs.base import Environment
+from mapo.envs.base import Environment, environment_system_prompt, reply_context
 from mapo.policy import Policy
 from mapo.types import Group, Scenario, Trajectory, Turn
 
@@ -40,6 +45,9 @@ class RolloutSpec:
     max_new_tokens: int = 96
     max_sentences: int | None = 3
     max_context_tokens: int = 2048
+    # exchanges kept before the environment's own context for the next reply, when it gives one
+    # (Environment.reply_context); 0: that context alone. Environments without one read the transcript.
+    history_window: int = 0
     temperature: float = 0.7  # SmolLM2-135M is incoherent at 1.0; log-probs are of the tempered policy
     top_p: float = 1.0
     system_prompt: str | None = None  # None: the environment's own (its `system_prompt` attribute)
@@ -56,6 +64,8 @@ class RolloutSpec:
         for name in ("scenarios_per_step", "samples_per_scenario", "max_turns", "max_new_tokens", "env_workers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"rollout.{name} must be at least 1, got {getattr(self, name)}")
+        if not isinstance(self.history_window, int) or self.history_window < 0:
+            raise ValueError(f"rollout.history_window must be an integer >= 0, got {self.history_window!r}")
         if self.max_sentences is not None and self.max_sentences < 1:
             raise ValueError(f"rollout.max_sentences must be at least 1 or null, got {self.max_sentences}")
         if not self.temperature > 0 or not math.isfinite(self.temperature):
@@ -77,6 +87,9 @@ class _Dialogue:
     user_message: str = ""
     done: bool = False
     cache: KVCache | None = None
+    # the environment's context for the next reply (reply_context); None: the transcript
+    context_message: str | None = None
+    context_ids: list[int] | None = None  # that context as the policy's ids
 
 
 def _map(pool: ThreadPoolExecutor | None, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
@@ -96,13 +109,45 @@ class ChatPolicy(Protocol):
     ) -> list[str]: ...
 
 
-def _messages(d: _Dialogue) -> list[dict[str, str]]:
-    """The dialogue so far as chat messages, ending with the user's latest message."""
+def _messages(d: _Dialogue, history_window: int) -> list[dict[str, str]]:
+    """What the policy reads for its next reply as chat messages: the dialogue so far, or under the
+    environment's own context the last `history_window` exchanges and that context."""
     system_prompt = d.trajectory.system_prompt
     messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    for turn in d.trajectory.turns:
+    for turn in _history(d, history_window):
         messages += [{"role": "user", "content": turn.user_message}, {"role": "assistant", "content": turn.response}]
-    return messages + [{"role": "user", "content": d.user_message}]
+    last = d.user_message if d.context_message is None else d.context_message
+    return messages + [{"role": "user", "content": last}]
+
+
+def _history(d: _Dialogue, history_window: int) -> list[Turn]:
+    """The exchanges the policy reads before its next reply's last message."""
+    turns = d.trajectory.turns
+    if d.context_message is None:
+        return turns
+    return turns[len(turns) - history_window :] if history_window else []
+
+
+def _context_ids(policy: Policy, d: _Dialogue, history_window: int) -> list[int]:
+    """The environment's context as ids: the kept exchanges (their replies as sampled) and its message."""
+    kept = _history(d, history_window)
+    if not kept:
+        return policy.first_prompt_ids(d.trajectory.system_prompt, str(d.context_message))
+    ids = policy.first_prompt_ids(d.trajectory.system_prompt, kept[0].user_message)
+    for turn, following in zip(kept, [*(t.user_message for t in kept[1:]), str(d.context_message)]):
+        ids = ids + turn.response_ids
+        if turn.response_ids[-1:] != [policy.end_of_turn_id]:
+            ids.append(policy.end_of_turn_id)
+        ids = ids + policy.next_prompt_ids(following)
+    return ids
+
+
+def _set_context(policy: Any, d: _Dialogue, spec: RolloutSpec, text_only: bool) -> None:
+    """Ask the environment for its context for the next reply, and render it."""
+    d.context_message = reply_context(d.env)
+    if d.context_message is not None and not text_only:
+        d.context_ids = _context_ids(policy, d, spec.history_window)
+        d.cache = None  # each context is its own sequence; a kept cache is of another
 
 
 def _distance(info: dict[str, Any], state: tuple[float, ...]) -> float:
@@ -161,7 +206,7 @@ def rollout(
                 scenario_id=scenario.id,
                 sample_index=i,
                 initial_state=tuple(scenario.initial_state or ()),
-                system_prompt=spec.system_prompt if spec.system_prompt is not None else getattr(env, "system_prompt", ""),
+                system_prompt=spec.system_prompt if spec.system_prompt is not None else environment_system_prompt(env),
             )
             dialogues.append(_Dialogue(scenario, env, trajectory))
 
@@ -169,7 +214,8 @@ def rollout(
     timings["env"] += time.perf_counter() - clock
     for d, opening in zip(dialogues, openings):
         d.user_message = opening
-        if not text_only:
+        _set_context(policy, d, spec, text_only)
+        if not text_only and d.context_message is None:
             d.trajectory.token_ids = policy.first_prompt_ids(d.trajectory.system_prompt, opening)
 
     _roll_in_waves(policy, dialogues, engine, spec, pool, timings, on_turn, text_only)
@@ -180,13 +226,18 @@ def rollout(
     return groups
 
 
+def _prompt_ids(d: _Dialogue) -> list[int]:
+    """The ids the next reply is sampled after: its own context, or the dialogue so far."""
+    return d.trajectory.token_ids if d.context_ids is None else d.context_ids
+
+
 def _has_room(d: _Dialogue, spec: RolloutSpec, t: int) -> bool:
     """Whether turn `t`'s reply fits the context; a dialogue without room ends (the opening: an error)."""
-    if len(d.trajectory.token_ids) + spec.max_new_tokens <= spec.max_context_tokens:
+    if len(_prompt_ids(d)) + spec.max_new_tokens <= spec.max_context_tokens:
         return True
     if t == 1:
         raise ValueError(
-            f"scenario {d.scenario.id!r}: the opening prompt is {len(d.trajectory.token_ids)} tokens, "
+            f"scenario {d.scenario.id!r}: the opening prompt is {len(_prompt_ids(d))} tokens, "
             f"too long for rollout.max_context_tokens={spec.max_context_tokens} with "
             f"rollout.max_new_tokens={spec.max_new_tokens}"
         )
@@ -195,8 +246,9 @@ def _has_room(d: _Dialogue, spec: RolloutSpec, t: int) -> bool:
 
 
 def _record_reply(policy: Any, d: _Dialogue, t: int, sample: Sample, response: str, text_only: bool) -> Turn:
-    """Turn `t` of `d` with its sampled reply; the reply's ids join the dialogue's."""
-    ids = d.trajectory.token_ids
+    """Turn `t` of `d` with its sampled reply; the reply's ids join the dialogue's (or, under the
+    environment's own context, the turn keeps the context it was sampled from)."""
+    ids = _prompt_ids(d)
     turn = Turn(
         index=t,
         user_message=d.user_message,
@@ -205,7 +257,11 @@ def _record_reply(policy: Any, d: _Dialogue, t: int, sample: Sample, response: s
         response_ids=list(sample.ids),
         old_logprobs=list(sample.logprobs),
         truncated=sample.truncated,
+        context_message=d.context_message,
     )
+    if d.context_message is not None:
+        turn.context_ids = None if text_only else list(ids)
+        return turn
     ids.extend(sample.ids)
     d.cache = sample.cache
     if not text_only and sample.ids[-1:] != [policy.end_of_turn_id]:
@@ -238,7 +294,8 @@ def _record_step(policy: Any, d: _Dialogue, t: int, turn: Turn, result: Any, spe
         d.trajectory.done_reason = "max_turns"
     else:
         d.user_message = result.user_message
-        if not text_only:
+        _set_context(policy, d, spec, text_only)
+        if not text_only and d.context_message is None:
             d.trajectory.token_ids.extend(policy.next_prompt_ids(result.user_message))
 
 
@@ -255,17 +312,18 @@ def _roll_in_waves(
         clock = time.perf_counter()
         if text_only:
             replies = policy.chat_replies(
-                [_messages(d) for d in active], spec.max_new_tokens, spec.temperature, spec.top_p
+                [_messages(d, spec.history_window) for d in active], spec.max_new_tokens, spec.temperature, spec.top_p
             )
             samples = [Sample([], [], truncated=False) for _ in active]
         else:
+            reuse = spec.reuse_cache and all(d.context_message is None for d in active)
             samples = (engine or HfEngine(policy)).sample(
-                [d.trajectory.token_ids for d in active],
+                [_prompt_ids(d) for d in active],
                 spec.max_new_tokens,
                 spec.temperature,
                 spec.top_p,
-                caches=[d.cache for d in active] if spec.reuse_cache else None,
-                keep_cache=spec.reuse_cache and t < spec.max_turns,
+                caches=[d.cache for d in active] if reuse else None,
+                keep_cache=reuse and t < spec.max_turns,
                 max_sentences=spec.max_sentences,
             )
             replies = [policy.decode(sample.ids) for sample in samples]

@@ -1,12 +1,13 @@
 """The RL loop: rollout -> rewards -> advantages -> loss -> optimizer -> log -> checkpoint.
 
 Each step samples B scenarios (deterministically from seed and step), rolls out N
-dialogues per scenario, turns distances into per-turn rewards (mapo.rewards), gets
-advantages from any registered estimator over the whole batch (mapo.advantages), packs
-one sequence per trajectory and updates the policy with the clipped surrogate on its
-log-probs (mapo.losses, mapo.update). Optional methods (RAPO, COMPEER) attach through the hooks
-of mapo.methods.base. Every random draw of step k is seeded from (seed, k), so a run
-resumed from a checkpoint continues exactly as the uninterrupted run would have.
+dialogues per scenario, then hands the groups to `mapo.step.train_step`: distances become
+per-turn rewards (mapo.rewards), any registered estimator gives advantages over the whole
+batch (mapo.advantages), each trajectory becomes its training sequences and the policy is
+updated with the clipped surrogate on their log-probs (mapo.losses, mapo.update). Optional
+methods (RAPO, COMPEER) attach through the hooks of mapo.methods.base. Every random draw of
+step k is seeded from (seed, k), so a run resumed from a checkpoint continues exactly as the
+uninterrupted run would have.
 """
 
 from __future__ import annotations
@@ -27,16 +28,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from mapo.advantages import compute_advantages
 from mapo.backends.endpoint import BackendError
 from mapo.backends.openai_compat import shared_stats
-from mapo.config import TrainConfig, config_dict
+from mapo.config import TrainConfig, config_dict, load_config
 from mapo.device import resolve_precision
 from mapo.engines.base import EngineError, RolloutEngine
 from mapo.engines.factory import make_engine
 from mapo.engines.hf import HfEngine
 from mapo.envs.base import dialogue_summary, environment_factory, load_scenarios, transcript_keys_for
-from mapo.losses import packed_sequence
 from mapo.methods import attached_methods
 from mapo.model_source import resolve_source
 from mapo.policy import load_policy
@@ -51,23 +50,30 @@ from mapo.reliability import (
     role_metrics,
 )
 from mapo.report.run import write_report
-from mapo.rewards import fill_rewards
 from mapo.rollout import rollout
 from mapo.run_folder import RunFolder, open_run
 from mapo.runtime import choose_threads, read_trainer_state, seed_everything, step_seed, write_trainer_state
 from mapo.sft.chain import check_chain, sft_enabled, warm_start
 from mapo.tracking import Tracking, check_installed
 from mapo.types import Scenario
-from mapo.update import make_optimizer, update
+from mapo.step import train_step as update_from_rollout
+from mapo.update import make_optimizer
 
 log = logging.getLogger(__name__)
 
 @dataclasses.dataclass
 class TrainingResult:
-    """What a training run leaves: its folder, and the lines `mapo train` prints at the end."""
+    """What a training run leaves: its folder, the lines `mapo train` prints at the end, and every
+    logged step's metrics (a resumed run's earlier steps included)."""
 
     run_dir: Path
     summary: list[str]
+    metrics: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+    @property
+    def final_metrics(self) -> dict[str, Any]:
+        """The last step's metrics (reward_mean, loss, ...); empty when no step ran."""
+        return self.metrics[-1] if self.metrics else {}
 
 
 PROGRESS_STATUS = "reward {task.fields[reward]}  return {task.fields[ret]}  success {task.fields[success]}"
@@ -175,44 +181,23 @@ class Trainer:
         reliability = {**role_metrics(groups), **backend_delta(backend_before, shared_stats())}
         check_fallback_budget(reliability, cfg.env.max_fallback_fraction, step, run.path)
         self._interruptible = False  # from here the step changes the weights: Ctrl-C waits for its checkpoint
-        fill_rewards(groups, cfg.reward.kind)
-        reward_metrics: dict[str, float] = {}
-        for method in self.methods:
-            reward_metrics.update(method.shape_rewards(groups))
-        advantages, components = compute_advantages(groups, cfg.advantage)
-        method_metrics: dict[str, float] = {}
-        for method in self.methods:
-            advantages, selected = method.select(groups, advantages)
-            method_metrics.update(selected)
-        sequences = [
-            seq
-            for group, group_adv in zip(groups, advantages)
-            for trajectory, traj_adv in zip(group.trajectories, group_adv)
-            if (seq := packed_sequence(trajectory, traj_adv)) is not None
-        ]
-        rng = np.random.default_rng(step_seed(cfg.seed, step, stream=3))
         # one source for the sampling distribution: the spec the rollout sampled with (a method may
         # change it), never config.rollout; every engine's log-probs are the behaviour policy's,
         # hf's included (generate's numerics), so pi_old is this model's own and the TIS weight corrects
-        sampled = self.rollout_spec
-        terms = [t for m in self.methods if (t := m.auxiliary_loss(self.policy, groups, sampled.temperature))]
-        stats = update(
-            self.policy, self.optimizer, sequences, cfg.optim, cfg.loss, sampled.temperature, rng,
-            auxiliary=_summed(terms) if terms else None, off_policy=True, top_p=sampled.top_p,
+        result = update_from_rollout(
+            self.policy, self.optimizer, groups, cfg, sampled=self.rollout_spec, methods=self.methods,
+            rng=np.random.default_rng(step_seed(cfg.seed, step, stream=3)),
         )
-        for method in self.methods:
-            method_metrics.update(method.after_update(self.policy))
+        advantages, sequences = result.advantages, result.sequences
         updated = time.perf_counter()
         sync = self.engine.sync(step)  # the new weights reach the engine before the next rollout
         done = time.perf_counter()
 
         generated = sum(len(turn.response_ids) for g in groups for t in g.trajectories for turn in t.turns)
         metrics: dict[str, Any] = {"step": step}
-        metrics.update(rollout_metrics(groups, advantages, components))
+        metrics.update(rollout_metrics(groups, advantages, result.components))
         metrics.update(self._environment_figures(groups))
-        metrics.update(stats)
-        metrics.update(reward_metrics)
-        metrics.update(method_metrics)
+        metrics.update(result.metrics)  # the update's, then the methods' reward and selection figures
         metrics.update(reliability)
         metrics.update(sync.as_metrics())
         metrics.update(
@@ -345,28 +330,29 @@ class Trainer:
         tracking.finish(write_report(run.path), run.path / "final")  # report.html: the run's curves, with links
         if self._stop_requested:  # it landed in the last step, which finished: the caller must still stop
             raise TrainingInterrupted(run.path, self.step, finished=True)
-        return TrainingResult(run.path, training_summary(history, str(run.path), cfg.policy.model))
-
-
-def _summed(terms: list[Callable[[], torch.Tensor]]) -> Callable[[], torch.Tensor]:
-    """One auxiliary loss from the methods' terms (the first alone when there is one)."""
-    return lambda: sum((term() for term in terms[1:]), terms[0]())
+        return TrainingResult(run.path, training_summary(history, str(run.path), cfg.policy.model), history)
 
 
 def train(
-    config: TrainConfig | None = None,
+    config: TrainConfig | str | Path | None = None,
     output: str | Path | None = None,
     resume: str | Path | None = None,
     overrides: Sequence[str] = (),
     show_progress: bool = True,
 ) -> TrainingResult:
-    """Run (or resume) training; returns the run folder and its summary.
+    """Run (or resume) training; returns the run folder, its summary and every step's metrics.
 
-    `resume` continues RUN_DIR from its latest checkpoint with its own config.yaml
-    (plus `overrides`, e.g. more steps); otherwise `config` runs in `output` or a new
+    `config` is a TrainConfig, a YAML path or a bundled config's name ("default",
+    "twenty-questions"; None: the defaults); `overrides` (`key=value`, as `--set`) apply to a
+    path, a name or None. `resume` continues RUN_DIR from its latest checkpoint with its own
+    config.yaml (plus `overrides`, e.g. more steps); otherwise the run goes to `output` or a new
     `<output_dir>/<name>-<timestamp>` folder. With an `sft` section, SFT runs first inside
-    the run folder and RL starts from its model (mapo.sft.chain).
+    the run folder and RL starts from its model (mapo.sft.chain). `mapo.train` is this function.
     """
+    if resume is not None and config is not None:
+        raise ValueError("resume continues a run with its own config.yaml; pass overrides, not a config")
+    if isinstance(config, (str, Path)):
+        config = load_config(config, overrides)
 
     def make_trainer(config: TrainConfig, folder: Callable[[], Path]) -> Trainer:
         if not sft_enabled(config):

@@ -20,17 +20,16 @@ AXES: tuple[str, str, str] = ("C", "A", "P")
 class Scenario:
     """What an environment needs to start a dialogue.
 
-    `indicators` are EMPA's nine levels (C1..P3, 0-3) that give P_0; `card`
-    keeps the full validated scenario card (persona, stages, cues, ...) for the
-    roles that read it. K = 1 environments set `initial_state` directly.
+    `initial_state` is P_0 (K floats) when the environment knows it up front; `card`
+    keeps the environment's own description of the scenario (for the empathy
+    environment the validated scenario card: persona, stages, cues, ...) for the
+    roles that read it. An environment with fields of its own subclasses this
+    (the empathy environment's `mapo.envs.empathy.cards.EmpathyScenario`).
     """
 
     id: str
     title: str = ""
     category: str = ""
-    dominant_axis: str = ""
-    opening_line: str = ""
-    indicators: dict[str, int] = field(default_factory=dict)
     initial_state: tuple[float, ...] | None = None
     card: dict[str, Any] = field(default_factory=dict)
 
@@ -57,6 +56,11 @@ class Turn:
     old_logprobs: list[float] = field(default_factory=list)
     truncated: bool = False
     info: dict[str, Any] = field(default_factory=dict)
+    # Under a history window (rollout.history_window, when the environment supplies the context):
+    # the ids the reply was sampled from, and the environment's message that ended them (the state).
+    # None: the context was the dialogue so far, Trajectory.token_ids[:prompt_length].
+    context_ids: list[int] | None = None
+    context_message: str | None = None
 
 
 @dataclass
@@ -71,6 +75,7 @@ class Trajectory:
     system_prompt: str = ""
     # The whole dialogue's token ids as the policy saw and sampled them (rendered prompts
     # + sampled replies); turn t's reply is token_ids[prompt_length : prompt_length + len(response_ids)].
+    # Empty when every reply had a context of its own (Turn.context_ids).
     token_ids: list[int] = field(default_factory=list)
     # D_0 of an environment that reports distances but no state (used when initial_state is empty)
     initial_distance: float | None = None

@@ -13,7 +13,7 @@ import threading
 import time
 
 from mapo.advantages import get_estimator
-from mapo.envs.base import ENVIRONMENTS, StepResult, register_environment
+from mapo.envs.base import ENVIRONMENTS, Environment, StepResult, register_environment
 from mapo.envs.empathy.cards import card_scenarios
 from mapo.model_source import LoraSpec, PolicySpec
 from mapo.policy import Policy, load_policy
@@ -30,12 +30,12 @@ def tiny_policy(lora: bool = False, seed: int = 0, dtype: str = "float32", devic
 
 def toy_scenarios(n: int = 2) -> list[Scenario]:
     return [
-        Scenario(id=f"toy-{k}", opening_line=f"Hello, I am toy {k}.", initial_state=(-4.0 - k, -3.0, -2.0))
+        Scenario(id=f"toy-{k}", initial_state=(-4.0 - k, -3.0, -2.0), card={"opening_line": f"Hello, I am toy {k}."})
         for k in range(n)
     ]
 
 
-class ToyEnvironment:
+class ToyEnvironment(Environment):
     """v_t = ((len(reply) % 3) - 1, 0, 0); ends with "success" when a reply's length is a multiple of 7."""
 
     active = 0
@@ -52,7 +52,7 @@ class ToyEnvironment:
     def reset(self, scenario: Scenario, seed: int | None = None) -> str:
         self.state = list(scenario.initial_state or (0.0, 0.0, 0.0))
         self.turn = 0
-        return scenario.opening_line
+        return scenario.card["opening_line"]  # a toy's, or a bundled empathy card's
 
     def step(self, response: str) -> StepResult:
         with ToyEnvironment.lock:

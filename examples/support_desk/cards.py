@@ -124,7 +124,6 @@ class SupportCard(_Strict):
             id=self.id,
             title=self.title,
             category=self.product,
-            opening_line=self.opening,
             initial_state=(-self.frustration, -self.unsolved),
             card=self.model_dump(),
         )

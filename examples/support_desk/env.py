@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from mapo.envs.base import StepResult
+from mapo.envs.base import Environment, StepResult
 from mapo.types import Scenario
 from mapo.validation import describe_validation_error
 
@@ -39,7 +39,7 @@ AGENT_PROMPT = (
 )
 
 
-class SupportDeskEnvironment:
+class SupportDeskEnvironment(Environment):
     """One support dialogue (see the module docstring)."""
 
     def __init__(

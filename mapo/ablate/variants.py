@@ -43,6 +43,7 @@ def _estimator_variant(estimator: str, reward: str, description: str) -> Variant
 _estimator_variant("mapo", "idr", "MAPO mixed advantage, incremental distance reward")
 _estimator_variant("mapo", "adr", "MAPO mixed advantage, absolute distance reward")
 _estimator_variant("mapo_ragged", "idr", "MAPO without the T_min cut: turn t normalised over the dialogues that reach it")
+_estimator_variant("mapo_state", "idr", "mapo_ragged with returns normalised among the turns that share a state key")
 _estimator_variant("turn", "idr", "turn-level normalised returns only (alpha = 1)")
 _estimator_variant("batch", "idr", "batch-level normalised rewards only (alpha = 0)")
 _estimator_variant("grpo", "idr", "GRPO: one trajectory-level advantage for every turn")
@@ -54,8 +55,8 @@ for _alpha in ("0.25", "0.75"):  # the alpha sweep's inner points (0 is batch-id
                      description=f"MAPO with alpha = {_alpha} (turn-level share of the mix)")
 # the grid at a lower learning rate than the trainer's 5e-4, the steadier rate on the game (the
 # game-lr plan; then the game-turns plans)
-for _name in ("mapo-idr", "mapo_ragged-idr", "grpo-idr", "turn-idr", "batch-idr", "rloo-idr", "mapo-outcome",
-              "mapo-a0.25-idr", "mapo-a0.75-idr"):
+for _name in ("mapo-idr", "mapo_ragged-idr", "mapo_state-idr", "grpo-idr", "turn-idr", "batch-idr", "rloo-idr",
+              "mapo-outcome", "mapo-a0.25-idr", "mapo-a0.75-idr"):
     register_variant(f"{_name}-lr2e-4", *VARIANTS.resolve(_name).overrides, "optim.lr=2e-4",
                      description=f"{_name} at learning rate 2e-4")
 

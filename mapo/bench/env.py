@@ -18,13 +18,16 @@ from __future__ import annotations
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mapo.config import TrainConfig
 from mapo.engines.hf import HfEngine
 from mapo.envs.base import system_prompt_for
+
+if TYPE_CHECKING:
+    from mapo.envs.empathy.env import EmpathyEnvironment
 
 # Fixed policy replies (ours), cycled through every dialogue.
 REPLIES = (
@@ -71,7 +74,7 @@ def bench_env_latency(policy: Any, scenarios: list[Any], make_env: Any, config: 
     step_latencies(make_env, scenarios, 2, turns)  # warm-up: the embedding model loads off the clock
     env_row = _percentiles(step_latencies(make_env, scenarios, steps, turns))
     prompt = system_prompt_for(config.env.name, config.rollout.system_prompt)
-    context = policy.first_prompt_ids(prompt, scenarios[0].opening_line)
+    context = policy.first_prompt_ids(prompt, make_env().reset(scenarios[0], seed=0))  # the user's opening message
     engine = HfEngine(policy)
     engine.sample([context], 2)  # warm-up
     replies = []
@@ -99,11 +102,11 @@ def llm_roles(base_url: str, model: str) -> dict[str, Any]:
     }
 
 
-def _role_counts(env: Any) -> Counter[str]:
-    """LLM calls and fallbacks of an environment's roles (offline roles count nothing)."""
+def _role_counts(env: EmpathyEnvironment) -> Counter[str]:
+    """LLM calls and fallbacks of the empathy environment's roles (offline roles count nothing)."""
     counts: Counter[str] = Counter()
-    for name in ("judge", "director", "actor"):
-        role_counters = getattr(getattr(env, name, None), "counters", {})
+    for role in (env.judge, env.director, env.actor):
+        role_counters = getattr(role, "counters", {})
         counts["llm_calls"] += role_counters.get("calls", 0)
         counts["fallbacks"] += role_counters.get("fallbacks", 0)
     return counts

@@ -1,16 +1,20 @@
 """`mapo bench grpo`: one single-turn GRPO step of ours against TRL's `GRPOTrainer`.
 
 Both get the same model and LoRA adapters (two `load_policy` copies from one seed),
-the same prompts (the scenarios' opening lines under the rollout system prompt),
-the same reward function, group size, reply cap, sampling temperature, learning
-rate, clip range and no KL term. Each runs a warm-up step and then `timed` steps,
-of which the fastest counts (the machine is shared): sampling + rewards + advantages
-+ the update (+ our weight sync). Ours samples with the run's rollout engine
-(`rollout.engine`, as `mapo train` would: vLLM with importance correction when
-installed), then the `grpo` estimator and the trainer's `update`;
-TRL's is its training step (generation included), timed by a callback. Sampled
-replies differ in length between the two, so seconds per completion token is
-reported beside the plain step time.
+the same prompts (the configured environment's opening messages, from its `reset` on
+the scenarios, under the rollout system prompt), the same reward function, group size,
+reply cap, sampling temperature, learning rate, clip range and no KL term. Each runs a
+warm-up step and then `timed` steps, of which the fastest counts (the machine is shared):
+sampling + rewards + advantages + the update (+ our weight sync). Ours samples with the
+run's rollout engine (`rollout.engine`, as `mapo train` would: vLLM with importance
+correction when installed), then runs the library's step (`mapo.step.train_step`, the `grpo`
+estimator); TRL's is its training step (generation included), timed by a callback. Sampled
+replies differ in length between the two, so seconds per completion token is reported beside
+the plain step time.
+
+Ours is single-turn and sampled straight from the engine, a layout `mapo train` does not use:
+no environment and no `mapo.rollout` (TRL has neither), and the reward is the shared function
+of the reply's text, set on each turn, not a distance reward (train_step's `score_rewards=False`).
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ from typing import Any
 import torch
 
 from mapo.config import TrainConfig
-from mapo.envs.base import system_prompt_for
-from mapo.losses import TrainSequence
+from mapo.envs.base import environment_factory, system_prompt_for
+from mapo.types import Group, Trajectory, Turn
 
 
 def brevity_reward(text: str, target_words: int = 20) -> float:
@@ -42,39 +46,44 @@ def trl_missing() -> str | None:
 
 
 def _prompts(config: TrainConfig, scenarios: list[Any], count: int) -> list[list[dict[str, str]]]:
+    """`count` single-turn chats: the rollout system prompt, then the user's opening message as the
+    configured environment's `reset` gives it on the scenarios in turn."""
+    make_env = environment_factory(config.env.name, config.env.options)
+    system = system_prompt_for(config.env.name, config.rollout.system_prompt)
     return [
-        [{"role": "system", "content": system_prompt_for(config.env.name, config.rollout.system_prompt)},
-         {"role": "user", "content": scenarios[k % len(scenarios)].opening_line}]
+        [{"role": "system", "content": system},
+         {"role": "user", "content": make_env().reset(scenarios[k % len(scenarios)], seed=config.seed + k)}]
         for k in range(count)
     ]
+
+
+def _single_turn(k: int, group: int, prompt: list[dict[str, str]], context: list[int], sample: Any,
+                 text: str) -> Trajectory:
+    """Sample k (of prompt k // group) as a one-turn dialogue, its reply scored by the shared reward."""
+    turn = Turn(1, prompt[1]["content"], response=text, reward=brevity_reward(text), prompt_length=len(context),
+                response_ids=list(sample.ids), old_logprobs=list(sample.logprobs))
+    return Trajectory(f"prompt-{k // group}", sample_index=k % group, turns=[turn], token_ids=list(context) + list(sample.ids))
 
 
 def our_step(policy: Any, engine: Any, optimizer: torch.optim.Optimizer, prompts: list[list[dict[str, str]]],
              config: TrainConfig, group: int, max_new_tokens: int, step: int) -> dict[str, float]:
     """GRPO step `step` with mapo's parts; returns its seconds and the mean reward."""
-    from mapo.advantages import compute_batch
-    from mapo.update import update
+    from mapo.step import train_step
 
+    # the grpo estimator and one optimizer step, as TRL takes; the rewards are the shared function's
+    grpo = dataclasses.replace(config, advantage=dataclasses.replace(config.advantage, estimator="grpo"),
+                               optim=dataclasses.replace(config.optim, ppo_epochs=1, minibatches=1))
     start = time.perf_counter()
     engine.check_version(step - 1)
     contexts = [policy.first_prompt_ids(p[0]["content"], p[1]["content"]) for p in prompts for _ in range(group)]
     samples = engine.sample(contexts, max_new_tokens, config.rollout.temperature, config.rollout.top_p)
-    rewards = [brevity_reward(policy.decode(s.ids)) for s in samples]
-    groups = [[[r] for r in rewards[i : i + group]] for i in range(0, len(rewards), group)]
-    advantages = compute_batch("grpo", groups, **config.advantage.params())
-    sequences = []
-    for k, (context, sample) in enumerate(zip(contexts, samples)):
-        advantage = advantages[k // group][k % group][0]
-        if advantage is None or not sample.ids:
-            continue
-        n, m = len(context), len(sample.ids)
-        sequences.append(TrainSequence(list(context) + sample.ids, [False] * n + [True] * m,
-                                       [0.0] * n + [float(advantage)] * m, [0.0] * n + list(sample.logprobs)))
-    optim = dataclasses.replace(config.optim, ppo_epochs=1, minibatches=1)
-    update(policy, optimizer, sequences, optim, config.loss, config.rollout.temperature,
-           off_policy=True, top_p=config.rollout.top_p)
+    replies = [_single_turn(k, group, prompts[k // group], c, s, policy.decode(s.ids))
+               for k, (c, s) in enumerate(zip(contexts, samples))]
+    groups = [Group(f"prompt-{i}", replies[i * group : (i + 1) * group]) for i in range(len(prompts))]
+    train_step(policy, optimizer, groups, grpo, score_rewards=False)
     engine.sync(step)
     seconds, tokens = time.perf_counter() - start, float(sum(len(s.ids) for s in samples))
+    rewards = [t.turns[0].reward for t in replies]
     return {"seconds": seconds, "reward_mean": sum(rewards) / len(rewards), "completions": float(len(samples)),
             "completion_tokens": tokens, "ms_per_completion_token": 1e3 * seconds / max(tokens, 1.0)}
 

@@ -5,8 +5,9 @@ peak) and reports its peak RSS from `resource.getrusage` (Linux: KiB), measured
 once after loading the policy and once at the end. The workloads are the ones a
 user of the embedded default runs: one evaluation dialogue of up to `eval_turns`
 turns (EMPA's 45 by default, with no early success), and one training step of
-`trajectories` dialogues of `turns` turns, also with no early success (rollout,
-rewards, advantages, one packed update). Both are compared with a memory limit (8 GiB by default).
+`trajectories` dialogues of `turns` turns, also with no early success (the library's
+rollout, then `mapo.step.train_step`: rewards, advantages, the training sequences and one
+update, as a training step runs them). Both are compared with a memory limit (8 GiB by default).
 """
 
 from __future__ import annotations
@@ -55,36 +56,25 @@ def _training_step(config: Any, trajectories: int, turns: int) -> dict[str, Any]
 
     import torch
 
-    from mapo.bench import load_parts
-    from mapo.losses import packed_sequence
+    from mapo.bench import bench_rollout_spec, load_parts
     from mapo.rollout import rollout
-    from mapo.advantages import compute_advantages
-    from mapo.rewards import fill_rewards
-    from mapo.update import make_optimizer, update
+    from mapo.step import train_step
+    from mapo.update import make_optimizer
 
     # no early success here either: every dialogue runs all `turns` unless its user gives up
     options = {**config.env.options, "success_from_turn": turns + 1}
     config = dataclasses.replace(config, env=dataclasses.replace(config.env, options=options))
     policy, scenarios, make_env = load_parts(config)
     loaded = peak_rss_bytes()
-    n = config.rollout.samples_per_scenario
-    if trajectories % n:
-        raise ValueError(f"trajectories ({trajectories}) must be a multiple of rollout.samples_per_scenario ({n})")
-    chosen = [scenarios[k % len(scenarios)] for k in range(trajectories // n)]
-    spec = dataclasses.replace(config.rollout, max_turns=turns, scenarios_per_step=len(chosen))
+    chosen, spec = bench_rollout_spec(config, scenarios, trajectories, turns, config.rollout.max_new_tokens)
     torch.manual_seed(config.seed)
     with ThreadPoolExecutor(max_workers=config.rollout.env_workers) as pool:
         groups = rollout(policy, chosen, make_env, spec, seed=config.seed, pool=pool)
     after_rollout = peak_rss_bytes()
-    fill_rewards(groups, config.reward.kind)
-    advantages, _ = compute_advantages(groups, config.advantage)
-    sequences = [s for g, ga in zip(groups, advantages) for t, a in zip(g.trajectories, ga)
-                 if (s := packed_sequence(t, a)) is not None]
-    optimizer = make_optimizer(policy, config.optim)
-    update(policy, optimizer, sequences, config.optim, config.loss, config.rollout.temperature)
+    step = train_step(policy, make_optimizer(policy, config.optim), groups, config, sampled=spec)  # the trainer's step
     return {"loaded_bytes": loaded, "after_rollout_bytes": after_rollout,
             "turns": [len(t) for g in groups for t in g.trajectories],
-            "tokens": sum(len(s.input_ids) for s in sequences)}
+            "tokens": sum(len(s.input_ids) for s in step.sequences)}
 
 
 def _worker(request: dict[str, Any]) -> dict[str, Any]:

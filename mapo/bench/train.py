@@ -1,8 +1,11 @@
 """`mapo bench train`: one packed sequence per trajectory vs one sequence per turn.
 
-Both updates see the same trajectories, advantages, optimizer settings and start
-from the same weights (restored in between); the per-turn layout re-reads every
-earlier turn once per later turn, the packed one reads the dialogue once.
+The rollout, rewards, advantages and the packed sequences are the library's own (mapo.rollout,
+mapo.step: what a training step trains on). The per-turn layout (`mapo.losses.per_turn_sequences`)
+is one the library does NOT train with: it is built here only as the baseline the packed layout
+is measured against. Both updates see the same trajectories, advantages, optimizer settings and
+start from the same weights (restored in between); the per-turn layout re-reads every earlier
+turn once per later turn, the packed one reads the dialogue once.
 Reported: seconds per update, tokens fed to the model, trained tokens per second,
 and the per-turn/packed time ratio.
 """
@@ -15,22 +18,26 @@ from typing import Any
 
 import torch
 
-from mapo.advantages import compute_advantages
 from mapo.bench import bench_rollout_spec
 from mapo.config import TrainConfig
-from mapo.losses import TrainSequence, packed_sequence, per_turn_sequences
+from mapo.losses import TrainSequence, per_turn_sequences
 from mapo.policy import Policy
-from mapo.rewards import fill_rewards
-from mapo.rollout import rollout
+from mapo.rollout import RolloutSpec, rollout
+from mapo.step import advantages_of, score, training_batch
 from mapo.types import Scenario
 from mapo.update import make_optimizer, update
 
 
-def _timed_update(policy: Policy, sequences: list[TrainSequence], config: TrainConfig) -> dict[str, float]:
+def _timed_update(
+    policy: Policy, sequences: list[TrainSequence], config: TrainConfig, spec: RolloutSpec
+) -> dict[str, float]:
     snapshot = [p.detach().clone() for p in policy.trainable_parameters()]
     optimizer = make_optimizer(policy, config.optim)
     start = time.perf_counter()
-    stats = update(policy, optimizer, sequences, config.optim, config.loss, config.rollout.temperature)
+    # the update as a training step calls it (mapo.step.train_step): importance-corrected against the sampler
+    stats = update(
+        policy, optimizer, sequences, config.optim, config.loss, spec.temperature, off_policy=True, top_p=spec.top_p
+    )
     seconds = time.perf_counter() - start
     with torch.no_grad():
         for p, saved in zip(policy.trainable_parameters(), snapshot):
@@ -62,19 +69,19 @@ def bench_train(
     torch.manual_seed(config.seed)
     with ThreadPoolExecutor(max_workers=config.rollout.env_workers) as pool:
         groups = rollout(policy, chosen, make_env, spec, seed=config.seed, pool=pool)
-    fill_rewards(groups, config.reward.kind)
-    advantages, _ = compute_advantages(groups, config.advantage)
+    score(groups, config.reward.kind)
+    advantages = advantages_of(groups, config.advantage).values
     pairs = [(t, a) for g, ga in zip(groups, advantages) for t, a in zip(g.trajectories, ga)]
     layouts = {
-        "packed": [s for t, a in pairs if (s := packed_sequence(t, a)) is not None],
-        "per_turn": [s for t, a in pairs for s in per_turn_sequences(t, a)],
+        "packed": training_batch(groups, advantages),
+        "per_turn": [s for t, a in pairs for s in per_turn_sequences(t, a)],  # the baseline only
     }
     if not layouts["packed"]:
         raise ValueError("no turn received an advantage (every group had one trajectory?); nothing to train")
     rows: dict[str, list[dict[str, float]]] = {"packed": [], "per_turn": []}
     for r in range(repeats):
         for mode in ("packed", "per_turn") if r % 2 == 0 else ("per_turn", "packed"):
-            rows[mode].append(_timed_update(policy, layouts[mode], config))
+            rows[mode].append(_timed_update(policy, layouts[mode], config, spec))
     summary = {}
     for mode, results in rows.items():
         total = {k: sum(x[k] for x in results) for k in ("input_tokens", "trained_tokens", "seconds")}

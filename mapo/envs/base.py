@@ -1,16 +1,13 @@
-"""The environment protocol, its `info` contract, the environment registry and factory,
-and scenario sources.
+"""The environment contract (`Environment`), its `info` contract, the environment registry and
+factory, and scenario sources.
 
-An environment plays the simulated user (and its judge) for one dialogue; one
-instance serves one trajectory (the rollout makes one per trajectory):
+An environment plays the simulated user (and its judge) for one dialogue; one instance serves
+one trajectory (the rollout makes one per trajectory). `Environment` declares everything the
+library reads from one: `reset` and `step` are required; every other member is an optional hook
+with its default, which an environment gets by subclassing `Environment` and overrides as it
+needs. An object that only has `reset` and `step` (structural typing) gets every default.
 
-- `reset(scenario, seed=None) -> str`: start a dialogue on `scenario`; returns the
-  user's opening message. `seed` varies the simulated user's wording reproducibly.
-- `step(response) -> StepResult(user_message, action, done, info)`: score the policy's
-  reply; `action` is v_t (K floats, P_t = P_{t-1} + v_t), `user_message` the user's next
-  message (read only when `done` is false).
-
-The `info` contract (what the rollout and evaluation read; anything else is kept in the
+The `info` contract of `step` (what the rollout and evaluation read; anything else is kept in the
 turn's `info` and the transcripts):
 
 - `state`: P_t after the turn, K floats. Give it: D_t defaults to ||P_t||, and P_0 is
@@ -20,36 +17,26 @@ turn's `info` and the transcripts):
   scenario's `initial_state` nor `state` says it.
 - `done_reason`: why the dialogue ended, when `done` ("success", "failure", "timeout",
   or any word of the environment's); evaluation counts "success" as a pass.
+- `state_key`: a string naming the state the reply was chosen in, when the environment's state
+  is exact (the `mapo_state` estimator normalises a turn's return among turns sharing it).
 - `levels`: the judge's ordinal levels as {name: int}, if the judge gives levels
   (EMPA's six make EPM-Q computable).
 - `<role>_fallback` (bool) or `fallbacks` ({role: count}): turns an LLM role could not
   serve; they feed the fallback budget and the reports.
 
-Environments are found by name in `ENVIRONMENTS` (a `mapo.registry.Registry`): the
-built-ins "empathy" and "emotion", anything registered with `@register_environment`,
-an entry point of group "mapo.environments", or a `package.module:Factory` path. A
-factory is a class or function called with the config's `env.options` as keywords.
-It says how its scenarios load with a `load_scenarios(source: str) -> list[Scenario]`
-attribute (a staticmethod on a class): `source` is the config's `env.scenarios` or
-`mapo eval --scenarios`. Its `system_prompt` attribute (optional) is the policy's system
-prompt when the config does not set `rollout.system_prompt`; its `transcript_keys` (optional)
-name the turn-info keys that training and evaluation transcripts keep. Its `dialogue_summary`
-(optional) turns dialogues (mappings with "done_reason" and "turns", each turn a mapping of
-the step info keys) into figures that training logs and `mapo eval` reports; its
-`reference_players` (optional) name policies (e.g. "player:optimal") that `mapo eval` runs
-beside the evaluated one; its `reply_limits` (optional, {"max_new_tokens": .., "max_sentences": ..})
-are `mapo eval`'s reply limits when neither the command nor a training run sets them. Two
-optional attributes adapt `mapo eval`:
-`evaluation_options(training_options) -> dict` (what a training run's options become
-for evaluation; default: drop `max_turns`) and `with_turn_cap(options, max_turns) ->
-dict` (set the environment's own timeout to the evaluation's turn cap; default: none).
+Environments are found by name in `ENVIRONMENTS` (a `mapo.registry.Registry`): the built-ins,
+anything registered with `@register_environment`, an entry point of group "mapo.environments",
+or a `package.module:Factory` path. A factory is a class or function called with the config's
+`env.options` as keywords (after its `upgrade_options`); a class that subclasses `Environment`
+supplies its hooks, a plain function gets the defaults.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from types import MappingProxyType
+from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 from mapo.registry import Registry
 from mapo.types import Scenario
@@ -64,9 +51,80 @@ class StepResult(NamedTuple):
 
 @runtime_checkable
 class Environment(Protocol):
-    def reset(self, scenario: Scenario, seed: int | None = None) -> str: ...
+    """What the library reads from an environment: `reset` and `step`, then optional hooks with defaults."""
 
-    def step(self, response: str) -> StepResult: ...
+    # the policy's system prompt when the config does not set rollout.system_prompt
+    system_prompt: ClassVar[str] = ""
+    # turn-info keys that training and evaluation transcripts keep
+    transcript_keys: ClassVar[tuple[str, ...]] = ()
+    # policies (e.g. "player:optimal") that `mapo eval` plays beside the evaluated one
+    reference_players: ClassVar[tuple[str, ...]] = ()
+    # `mapo eval`'s reply limits ({"max_new_tokens": .., "max_sentences": ..}) when nothing else sets them
+    reply_limits: ClassVar[Mapping[str, int]] = MappingProxyType({})
+
+    def reset(self, scenario: Scenario, seed: int | None = None) -> str:
+        """Start a dialogue on `scenario`; returns the user's opening message. `seed` varies the
+        simulated user's wording reproducibly."""
+        ...
+
+    def step(self, response: str) -> StepResult:
+        """Score the policy's reply: `action` is v_t (K floats, P_t = P_{t-1} + v_t), `user_message`
+        the user's next message (read only when `done` is false)."""
+        ...
+
+    def reply_context(self) -> str | None:
+        """The message that stands in for the dialogue so far as the policy's context for its next
+        reply (after `rollout.history_window` exchanges): the current state. None: the policy reads
+        the whole transcript."""
+        return None
+
+    def episode_metrics(self) -> dict[str, float]:
+        """Figures of the dialogue played so far that integrations report per dialogue (e.g. EPM-Q)."""
+        return {}
+
+    @classmethod
+    def load_scenarios(cls, source: str) -> list[Scenario]:
+        """The scenarios `source` names (the config's `env.scenarios`, or `mapo eval --scenarios`)."""
+        raise NotImplementedError(f"{cls.__name__} does not say how its scenarios load")
+
+    @staticmethod
+    def upgrade_options(options: dict[str, Any]) -> dict[str, Any]:
+        """The options with names from older versions mapped to today's (configs and study folders
+        keep loading)."""
+        return options
+
+    @staticmethod
+    def evaluation_options(training_options: dict[str, Any]) -> dict[str, Any]:
+        """A training run's options as evaluation uses them: without `max_turns`, the run's cap."""
+        return {k: v for k, v in training_options.items() if k != "max_turns"}
+
+    @staticmethod
+    def with_turn_cap(options: dict[str, Any], max_turns: int) -> dict[str, Any]:
+        """The options with the environment's own timeout at the evaluation's turn cap (default: unchanged)."""
+        return options
+
+    @staticmethod
+    def dialogue_summary(dialogues: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+        """Figures over dialogues (mappings with "done_reason" and "turns", each turn a mapping of the
+        step info keys) that training logs and `mapo eval` reports; None: no figures of its own."""
+        return None
+
+
+def declared(env_or_factory: Any) -> type[Environment]:
+    """The class whose hooks apply: the environment's (or factory's) own when it subclasses
+    `Environment`, else `Environment` with every default."""
+    cls = env_or_factory if isinstance(env_or_factory, type) else type(env_or_factory)
+    return cls if Environment in cls.__mro__ else Environment
+
+
+def environment_system_prompt(env: Environment) -> str:
+    """An environment instance's system prompt (an instance may state its own rules)."""
+    return env.system_prompt if declared(env) is not Environment else ""
+
+
+def reply_context(env: Environment) -> str | None:
+    """The environment's context for the next reply (its `reply_context`; by default None)."""
+    return declared(env).reply_context(env)
 
 
 EnvironmentFactory = Callable[..., Environment]
@@ -90,8 +148,9 @@ def register_environment(name: str) -> Callable[[EnvironmentFactory], Environmen
 
 
 def make_environment(name: str, **options: Any) -> Environment:
-    """One environment instance: `name` resolved in ENVIRONMENTS, called with `options`."""
-    return ENVIRONMENTS.resolve(name)(**options)
+    """One environment instance: `name` resolved in ENVIRONMENTS, called with `options` (upgraded)."""
+    factory = ENVIRONMENTS.resolve(name)
+    return factory(**declared(factory).upgrade_options(dict(options)))
 
 
 def environment_factory(name: str, options: Mapping[str, Any] | None = None) -> Callable[[], Environment]:
@@ -100,7 +159,7 @@ def environment_factory(name: str, options: Mapping[str, Any] | None = None) -> 
     Makes one at once, so bad options fail now with the environment's own message.
     """
     factory = ENVIRONMENTS.resolve(name)
-    options = dict(options or {})
+    options = declared(factory).upgrade_options(dict(options or {}))
     factory(**options)
 
     def make() -> Environment:
@@ -111,14 +170,13 @@ def environment_factory(name: str, options: Mapping[str, Any] | None = None) -> 
 
 def load_scenarios(name: str, source: str) -> list[Scenario]:
     """The scenarios environment `name` loads from `source` (its `load_scenarios`); never empty."""
-    factory = ENVIRONMENTS.resolve(name)
-    loader = getattr(factory, "load_scenarios", None)
-    if not callable(loader):
+    try:
+        scenarios = list(hooks(name).load_scenarios(source))
+    except NotImplementedError:
         raise ValueError(
-            f"env.scenarios: environment {name!r} does not say how its scenarios load; give its factory "
-            "a load_scenarios(source) -> list[Scenario] (see mapo.envs.base)"
-        )
-    scenarios = list(loader(source))
+            f"env.scenarios: environment {name!r} does not say how its scenarios load; subclass "
+            "mapo.envs.base.Environment and give it a load_scenarios(source) -> list[Scenario] classmethod"
+        ) from None
     if not scenarios:
         raise ValueError(f"env.scenarios: {source!r} holds no scenarios")
     for k, scenario in enumerate(scenarios):
@@ -155,44 +213,45 @@ def scenarios_from_files(
     return sorted(scenarios, key=lambda s: s.id)
 
 
+def hooks(name: str) -> type[Environment]:
+    """The hooks of environment `name` (its class when it subclasses Environment, else the defaults)."""
+    return declared(ENVIRONMENTS.resolve(name))
+
+
 def system_prompt_for(name: str, configured: str | None = None) -> str:
     """The policy's system prompt: `configured` when set, else the environment's own ("" if it has none)."""
-    if configured is not None:
-        return configured
-    return str(getattr(ENVIRONMENTS.resolve(name), "system_prompt", ""))
+    return configured if configured is not None else hooks(name).system_prompt
 
 
 def transcript_keys_for(name: str) -> tuple[str, ...]:
-    """The turn-info keys environment `name` wants in the transcripts (its `transcript_keys`; by default none)."""
-    return tuple(getattr(ENVIRONMENTS.resolve(name), "transcript_keys", ()))
+    """The turn-info keys environment `name` wants in the transcripts."""
+    return tuple(hooks(name).transcript_keys)
 
 
 def evaluation_options(name: str, training_options: Mapping[str, Any]) -> dict[str, Any]:
-    """A training run's environment options as evaluation uses them (the environment's
-    `evaluation_options`; by default without `max_turns`, the training run's cap)."""
-    hook = getattr(ENVIRONMENTS.resolve(name), "evaluation_options", None)
-    if callable(hook):
-        return dict(hook(dict(training_options)))
-    return {k: v for k, v in training_options.items() if k != "max_turns"}
+    """A training run's environment options as evaluation uses them (upgraded, then the environment's
+    `evaluation_options`)."""
+    env = hooks(name)
+    return dict(env.evaluation_options(env.upgrade_options(dict(training_options))))
 
 
 def with_turn_cap(name: str, options: Mapping[str, Any], max_turns: int) -> dict[str, Any]:
-    """The options with the environment's own timeout at `max_turns` (its `with_turn_cap`; by default unchanged)."""
-    hook = getattr(ENVIRONMENTS.resolve(name), "with_turn_cap", None)
-    return dict(hook(dict(options), max_turns)) if callable(hook) else dict(options)
+    """The options with the environment's own timeout at `max_turns` (its `with_turn_cap`)."""
+    env = hooks(name)
+    return dict(env.with_turn_cap(env.upgrade_options(dict(options)), max_turns))
 
 
 def dialogue_summary(name: str, dialogues: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """Environment `name`'s own figures over `dialogues` (its `dialogue_summary`), or None without one."""
-    hook = getattr(ENVIRONMENTS.resolve(name), "dialogue_summary", None)
-    return dict(hook(dialogues)) if callable(hook) and dialogues else None
+    """Environment `name`'s own figures over `dialogues` (its `dialogue_summary`), or None without any."""
+    figures = hooks(name).dialogue_summary(dialogues) if dialogues else None
+    return dict(figures) if figures is not None else None
 
 
 def reference_players(name: str) -> tuple[str, ...]:
-    """The policies `mapo eval` runs beside the evaluated one on environment `name` (its `reference_players`)."""
-    return tuple(getattr(ENVIRONMENTS.resolve(name), "reference_players", ()))
+    """The policies `mapo eval` runs beside the evaluated one on environment `name`."""
+    return tuple(hooks(name).reference_players)
 
 
 def reply_limits(name: str) -> dict[str, int]:
-    """Environment `name`'s reply limits for evaluation (its `reply_limits`; by default none)."""
-    return dict(getattr(ENVIRONMENTS.resolve(name), "reply_limits", {}))
+    """Environment `name`'s reply limits for evaluation (by default none)."""
+    return dict(hooks(name).reply_limits)

@@ -100,7 +100,10 @@ def _axis_means(rows: Sequence[Sequence[float]], axes: Sequence[str]) -> dict[st
 
 
 def dialogue_metrics(trajectory: Trajectory, scenario: Scenario | None = None) -> dict[str, Any]:
-    """Everything the benchmark reports about one dialogue (plain JSON-ready data)."""
+    """Everything the benchmark reports about one dialogue (plain JSON-ready data). Its dominant
+    axis is the empathy scenario's (`EmpathyScenario`); any other scenario has none ("")."""
+    from mapo.envs.empathy.cards import EmpathyScenario
+
     p0 = initial_state_of(trajectory)
     turns = len(trajectory.turns)
     axes = AXES if len(p0) == len(AXES) else tuple(str(i) for i in range(len(p0)))
@@ -114,7 +117,7 @@ def dialogue_metrics(trajectory: Trajectory, scenario: Scenario | None = None) -
         "scenario_id": trajectory.scenario_id,
         "title": scenario.title if scenario else "",
         "category": scenario.category if scenario else "",
-        "dominant_axis": scenario.dominant_axis if scenario else "",
+        "dominant_axis": scenario.dominant_axis if isinstance(scenario, EmpathyScenario) else "",
         "sample_index": trajectory.sample_index,
         "outcome": outcome_of(trajectory.done_reason),
         "reason": trajectory.done_reason or "unknown",

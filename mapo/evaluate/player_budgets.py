@@ -1,6 +1,6 @@
 """The questioning game's reference players over pool sizes and turn budgets (`mapo env players`).
 
-Each player plays every secret of the scenarios with `pools` different pools (pool_seed 0 ..
+Each player plays every secret of the scenarios with `pools` different pools (its card's pool_seed 0 ..
 pools - 1), through the rollout RL and `mapo eval` use, at each (pool size, replies) setting;
 the figures are the game's own (mapo.envs.questioning.metrics). It shows where a budget leaves
 room for strategy: at a generous one any question that splits the candidates wins, near
@@ -8,6 +8,8 @@ log2(pool) + 1 the random, informative and optimal players separate.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,9 +54,10 @@ def play_players(env: str, scenarios: str, settings: Sequence[Setting], pools: i
             limit = environment_factory(env, game)().max_turns  # type: ignore[attr-defined]
             spec = RolloutSpec(scenarios_per_step=len(played), samples_per_scenario=1, max_turns=limit)
             dialogues: list[dict[str, Any]] = []
+            make_env = environment_factory(env, game)
             for pool_seed in range(pools):
-                make_env = environment_factory(env, {**game, "pool_seed": pool_seed})
-                for group in rollout(player, played, make_env, spec, seed=seed):
+                drawn = [dataclasses.replace(s, card={**s.card, "pool_seed": pool_seed}) for s in played]
+                for group in rollout(player, drawn, make_env, spec, seed=seed):
                     dialogues += [{"done_reason": t.done_reason, "turns": [turn.info for turn in t.turns]}
                                   for t in group.trajectories]
             rows.append({"pool_size": setting.pool_size, "max_turns": limit, "player": name,

@@ -9,8 +9,9 @@ Per reply, against the listener's earlier replies in its dialogue:
 - *any repeated move*: any repeat the judge finds (a question, a statement said again, an
   opening formula), and the share of each kind.
 
-Issue 59 asks that MAPO re-ask no more often than GRPO at each seed; the prefix count is what
-the monitor reports during training, the meaning count is what the judge refuses to pay for.
+Both counts, because they answer different questions: the prefix count is what the monitor
+reports during training, the meaning count is what the judge refuses to pay for. Two runs are
+compared by the first minus the second, set by set (docs/blind-rating.md).
 """
 
 from __future__ import annotations

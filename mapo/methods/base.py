@@ -3,7 +3,7 @@
 A method is built from the training config (`from_config` returns None when the config
 leaves it off) and is then asked, at fixed points of every step, to change one thing;
 every hook's default changes nothing. The trainer calls the active methods in the
-order of `mapo.methods.METHODS`:
+order `mapo.methods.attached_methods` gives:
 
     rollout_spec -> wrap_environment -> rollout_function        (set-up, once)
     rollout -> rewards -> shape_rewards -> advantages -> select
@@ -11,6 +11,10 @@ order of `mapo.methods.METHODS`:
 
 `transcript_keys` are the turn-info keys the method adds that the transcripts keep;
 `state_dict` / `load_state_dict` carry its state through checkpoints (under its `name`).
+
+A method's own config section (a dataclass, like `rapo` or `reasoning`) is registered by
+name in `mapo.config.METHOD_SECTIONS`, which imports it on first use: the core modules
+import no method. The section may check the whole config when it loads (`check_config`).
 """
 
 from __future__ import annotations

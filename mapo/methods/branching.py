@@ -34,7 +34,7 @@ from mapo.rollout import RolloutSpec, rollout
 from mapo.types import Group, Scenario, Trajectory, Turn
 
 
-class SnapshotEnvironment:
+class SnapshotEnvironment(Environment):
     """Records the user's reaction in every step's info; keeps a copy of the env as it was before turn `branch_turn`."""
 
     def __init__(self, inner: Environment, branch_turn: int) -> None:
@@ -133,6 +133,9 @@ def branching_rollout(
             raise ValueError("branching: no dialogue reached its first reply (context limit?)")
         return branching_rollout(policy, scenarios, make_env, spec, ranker, seed, pool, timings, on_turn, turn=1)
 
+    if any(traj.turns[-1].context_ids is not None for traj, _ in reached):
+        raise ValueError("rapo.branching: the environment gives each reply a context of its own (reply_context); "
+                         "branching rollouts continue the whole transcript, so use an environment view without one")
     contexts = [traj.token_ids[: traj.turns[-1].prompt_length] for traj, _ in reached for _ in range(g - 1)]
     timings = {} if timings is None else timings
     clock = time.perf_counter()

@@ -1,6 +1,6 @@
 """COMPEER options: redundancy reweighting and structured reasoning with a format reward.
 
-Redundancy: the maths lives in `mapo.rewards.redundancy_reweight_group`; this module
+Redundancy: the maths lives in `mapo.methods.redundancy.redundancy_reweight_group`; this module
 applies it to rolled-out groups with the environment's sentence embeddings and reports,
 per step, how similar the responses were to each other (in-group) and to their
 dialogue (history). With structured reasoning it measures the <reply> part only.
@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from mapo.envs.base import Environment, StepResult, system_prompt_for
+from mapo.envs.base import Environment, StepResult, reply_context, system_prompt_for
 from mapo.methods.base import TrainingMethod
-from mapo.rewards import Similarity, redundancy_reweight_group
+from mapo.methods.redundancy import Similarity, redundancy_reweight_group
 from mapo.rollout import RolloutSpec
 from mapo.types import Group, Scenario, Turn
 
@@ -160,7 +160,7 @@ def format_reward(complete: bool) -> float:
     return 1.0 if complete else -1.0
 
 
-class ReasoningEnvironment:
+class ReasoningEnvironment(Environment):
     """Wraps an environment: only the <reply> part of each response reaches the user and the judge.
 
     The analysis and whether the format was complete go into the step's info
@@ -172,6 +172,9 @@ class ReasoningEnvironment:
 
     def reset(self, scenario: Scenario, seed: int | None = None) -> str:
         return self.inner.reset(scenario, seed=seed)
+
+    def reply_context(self) -> str | None:
+        return reply_context(self.inner)
 
     def step(self, response: str) -> StepResult:
         parsed = parse_reasoning(response)

@@ -11,8 +11,8 @@ answered) is re-scored by a *teacher* -- the same policy, or an EMA copy of its 
 weights, shown the dialogue plus hindsight feedback (the user's reaction to that reply
 and a critique of it). The student (the policy without the feedback) is pulled toward
 the teacher's next-token distribution on that reply's tokens with the top-K reverse KL
-of `mapo.losses.topk_reverse_kl`, bounded and scaled, added to the policy-gradient loss
-of every optimizer step. The teacher is computed once per step under no_grad.
+of `mapo.methods.distillation.topk_reverse_kl`, bounded and scaled, added to the
+policy-gradient loss of every optimizer step. The teacher is computed once per step under no_grad.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
 from mapo.advantages import normalise
-from mapo.losses import topk_reverse_kl
 from mapo.methods.base import TrainingMethod
+from mapo.methods.distillation import reply_logprobs, topk_reverse_kl
 from mapo.methods.hindsight_llm import make_llm_hindsight
 from mapo.methods.ranking import critique_from_levels, make_ranker
 from mapo.policy import Policy
@@ -42,8 +42,9 @@ RANKERS = ("offline", "llm")
 
 @dataclass
 class RapoSpec:
-    """The trainer's `rapo` config section."""
+    """The trainer's `rapo` config section (mapo.config.METHOD_SECTIONS)."""
 
+    free_form: ClassVar[tuple[str, ...]] = ("hindsight_backend", "ranker_backend")  # passed on unchecked
     # off | llm (RAPO: an LLM picks the turns worth learning from) | proxies: quantile (|r_t| >= the
     # batch's q-quantile), judge (any non-zero judge level)
     hindsight: str = "off"
@@ -81,6 +82,23 @@ class RapoSpec:
             raise ValueError("rapo.ranker=llm needs rapo.ranker_backend with at least base_url and model")
         if self.hindsight == "llm" and not {"base_url", "model"} <= set(self.hindsight_backend):
             raise ValueError("rapo.hindsight=llm needs rapo.hindsight_backend with at least base_url and model")
+
+    def check_config(self, config: Any) -> None:
+        """Branching: the ranker's scores replace every reward, so options that shape them would be ignored silently."""
+        if not self.branching:
+            return
+        ignored = []
+        if config.reward.kind != "idr":
+            ignored.append(f"reward.kind={config.reward.kind} (the offline ranker ranks by IDR)")
+        if config.reward.redundancy:
+            ignored.append("reward.redundancy")
+        if config.reasoning.enabled and config.reasoning.format_weight > 0:
+            ignored.append("the reasoning format reward (reasoning.format_weight > 0)")
+        if ignored:
+            raise ValueError(
+                f"rapo.branching trains on the ranker's scores, so {', '.join(ignored)} would have no effect; "
+                "drop it, or turn rapo.branching off"
+            )
 
 
 # ---------------------------------------------------------------- hindsight selection
@@ -194,21 +212,13 @@ def distill_target(policy: Policy, trajectory: Trajectory, k: int) -> DistillTar
         ]
     messages.append({"role": "user", "content": turn.user_message})
     context = policy.encode(policy._render(messages, True))
-    end = turn.prompt_length + len(turn.response_ids)
+    # the student reads what the reply was sampled after: its own context, or the dialogue so far
+    sampled_after = turn.context_ids if turn.context_ids is not None else trajectory.token_ids[: turn.prompt_length]
     return DistillTarget(
-        trajectory.token_ids[:end],
+        list(sampled_after) + list(turn.response_ids),
         context + list(turn.response_ids),
         len(turn.response_ids),
     )
-
-
-def reply_logprobs(model: torch.nn.Module, ids: Sequence[int], length: int, temperature: float = 1.0) -> torch.Tensor:
-    """log p(. | ids[:j]) over the vocabulary at each of the last `length` positions j: [length, V]."""
-    device = next(model.parameters()).device
-    input_ids = torch.tensor([list(ids)], dtype=torch.long, device=device)
-    positions = torch.arange(len(ids) - length, len(ids), device=device)
-    logits = model(input_ids=input_ids, logits_to_keep=positions - 1, use_cache=False).logits[0].float()
-    return torch.log_softmax(logits / temperature, dim=-1)
 
 
 class EmaTeacher:

@@ -23,20 +23,20 @@ from mapo.envs.base import (
 # moves the first axis by its length parity and the second by whether it asks a question.
 PLUGIN = textwrap.dedent(
     '''
-    from mapo.envs.base import StepResult
+    from mapo.envs.base import Environment, StepResult
     from mapo.types import Scenario
 
 
-    class TwoAxes:
+    class TwoAxes(Environment):
         def __init__(self, max_turns=3):
             self.max_turns = max_turns
 
-        @staticmethod
-        def load_scenarios(source):
+        @classmethod
+        def load_scenarios(cls, source):
             if source not in ("train", "test"):
                 raise ValueError(f"two-axes scenarios: unknown source {source!r}")
-            return [Scenario(id=f"{source}-{k}", opening_line=f"Case {k}: it still fails.",
-                             initial_state=(-3.0 - k, -2.0)) for k in range(2)]
+            return [Scenario(id=f"{source}-{k}", initial_state=(-3.0 - k, -2.0),
+                             card={"opening": f"Case {k}: it still fails."}) for k in range(2)]
 
         @staticmethod
         def with_turn_cap(options, max_turns):
@@ -44,7 +44,7 @@ PLUGIN = textwrap.dedent(
 
         def reset(self, scenario, seed=None):
             self.state, self.turn = list(scenario.initial_state), 0
-            return scenario.opening_line
+            return scenario.card["opening"]
 
         def step(self, response):
             self.turn += 1
@@ -66,7 +66,7 @@ PLUGIN = textwrap.dedent(
             return ["not a scenario"]
 
 
-    NoSource.Listed = type("Listed", (NoSource,), {"load_scenarios": staticmethod(NoSource.not_scenarios)})
+    NoSource.Listed = type("Listed", (NoSource, Environment), {"load_scenarios": staticmethod(NoSource.not_scenarios)})
     '''
 )
 

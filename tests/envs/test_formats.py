@@ -12,7 +12,7 @@ import pytest
 from fixture_paths import FIXTURES
 
 from mapo.envs.dynamics import initial_vector
-from mapo.envs.empathy.cards import CardError, ScenarioCard
+from mapo.envs.empathy.cards import CardError, EmpathyScenario, ScenarioCard
 from mapo.envs.empathy.empa_markdown import SECTIONS, load_empa_card, load_empa_cards
 from mapo.envs.emotion.persona import load_personas
 
@@ -86,6 +86,8 @@ def test_empa_folder_loads_as_scenarios():
     assert [s.id for s in scenarios] == ["empa-hearing-teacher", "empa-night-baker"]
     assert scenarios[1].category == "living"  # the card's own category wins
     assert scenarios[0].initial_state == (-7.0, -14.0, -21.0)
+    assert all(isinstance(s, EmpathyScenario) for s in scenarios)
+    assert scenarios[0].dominant_axis == "P" and scenarios[0].opening_line == scenarios[0].card["opening_line"]
 
 
 def test_empa_original_chinese_keys_are_understood(tmp_path: Path):
@@ -195,7 +197,7 @@ def test_personas_load_with_initial_state_for_k1():
     assert [s.id for s in scenarios] == ["persona-thesis-deadline", "personas-2", "7"]
     thesis, ferry, nurse = scenarios
     assert thesis.initial_state == (-65.0,) and thesis.title == "A lost thesis chapter"
-    assert thesis.opening_line.startswith("My laptop died")
+    assert thesis.card["first_message"].startswith("My laptop died")
     assert thesis.card["hidden_intention"].startswith("He wants someone to tell him")
     # a structured profile, the "scene"/"task"/"emotion" spellings, and unknown keys kept aside
     assert ferry.card["persona"].splitlines()[0] == "age: 67"

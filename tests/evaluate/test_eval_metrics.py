@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from mapo.envs.dynamics import epmq, levels_to_vector
+from mapo.envs.empathy.cards import EmpathyScenario
 from mapo.evaluate.empa import aggregate, dialogue_metrics, outcome_of, per_scenario, transcript_record
 from mapo.types import Scenario, Trajectory, Turn
 
@@ -29,7 +30,7 @@ def make_trajectory(p0, levels_per_turn, done_reason="timeout", scenario_id="s1"
 
 
 def scenario(axis="A", sid="s1"):
-    return Scenario(id=sid, title=f"title {sid}", category="health", dominant_axis=axis)
+    return EmpathyScenario(id=sid, title=f"title {sid}", category="health", dominant_axis=axis)
 
 
 def test_outcome_classes():
@@ -43,6 +44,10 @@ def test_dialogue_metrics_by_hand():
     m = dialogue_metrics(traj, scenario())
     assert m["outcome"] == "timeout" and m["reason"] == "max_turns" and m["turns"] == 3
     assert m["title"] == "title s1" and m["dominant_axis"] == "A"
+    # a scenario of another environment has no dominant axis
+    plain = dialogue_metrics(traj, Scenario(id="s1", title="title s1", category="health"))
+    assert plain["dominant_axis"] == "" and plain["title"] == "title s1" and plain["category"] == "health"
+    assert dialogue_metrics(traj)["dominant_axis"] == ""
     # v = (0,3,0), (1,0,0), (0,-2,0); P: (-3,-1,0), (-2,-1,0), (-2,-3,0)
     assert m["distances"] == pytest.approx([5.0, math.sqrt(10), math.sqrt(5), math.sqrt(13)])
     assert m["final_state"] == [-2.0, -3.0, 0.0]

@@ -11,7 +11,7 @@ from scripted_client import ScriptedClient
 from tiny_policy import ToyEnvironment, tiny_policy, toy_scenarios
 
 from mapo.config import ConfigError, load_config
-from mapo.losses import topk_reverse_kl
+from mapo.methods.distillation import reply_logprobs, topk_reverse_kl
 from mapo.methods.ranking import critique_from_levels
 from mapo.methods.rapo import (
     EmaTeacher,
@@ -19,7 +19,6 @@ from mapo.methods.rapo import (
     RapoSpec,
     pivotal_by_judge,
     pivotal_by_quantile,
-    reply_logprobs,
     select_pivotal,
     worst_turn,
 )

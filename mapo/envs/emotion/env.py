@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mapo.envs.base import StepResult, register_environment
+from mapo.envs.base import Environment, StepResult, register_environment
 from mapo.envs.empathy.env import LISTENER_PROMPT
 from mapo.envs.emotion.judges import EmotionJudge, LLMEmotionJudge, OfflineEmotionJudge
 from mapo.envs.emotion.persona import START_RANGE, Persona, load_personas, seeded_emotion
@@ -81,7 +81,7 @@ def _make_judge(judge: str | EmotionJudge, options: Mapping[str, Any] | None) ->
 
 
 @register_environment("emotion")
-class EmotionEnvironment:
+class EmotionEnvironment(Environment):
     """One dialogue with one simulated user whose emotion is scored every turn."""
 
     def __init__(

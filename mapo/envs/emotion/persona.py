@@ -84,7 +84,7 @@ class Persona:
                 background=card.get("situation", ""),
                 topic=scenario.title,
                 hidden_intention=card.get("growth_arc", ""),
-                first_message=scenario.opening_line,
+                first_message=card.get("opening_line", ""),
                 name=p["name"],
                 needs=[cue for cues in card.get("cues", {}).values() for cue in cues],
             )
@@ -96,7 +96,7 @@ class Persona:
             background=card.get("background", ""),
             topic=card.get("topic", ""),
             hidden_intention=card.get("hidden_intention", ""),
-            first_message=card.get("first_message", "") or scenario.opening_line,
+            first_message=card.get("first_message", ""),
             name=card.get("name", ""),
             initial_emotion=card.get("initial_emotion"),
         )
@@ -163,7 +163,6 @@ def parse_persona(obj: Any, where: str, default_id: str, start_seed: int = 0) ->
         id=scenario_id,
         title=title,
         category=card["category"],
-        opening_line=card["first_message"],
         initial_state=(card["initial_emotion"] - 100.0,),
         card=card,
     )

@@ -1,12 +1,14 @@
 """Scenario cards: the YAML schema (pydantic), loading, and the bundled split.
 
-One YAML file per scenario. A folder of cards loads into `Scenario`s; a card that
-fails validation stops loading with `CardError` naming the file, the field and
-the reason. The bundled cards live in `mapo/data/scenarios/{train,test}/`.
+One YAML file per scenario. A folder of cards loads into `EmpathyScenario`s (a
+`mapo.types.Scenario` with EMPA's own fields); a card that fails validation stops
+loading with `CardError` naming the file, the field and the reason. The bundled
+cards live in `mapo/data/scenarios/{train,test}/`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Literal
@@ -26,6 +28,22 @@ Text = Annotated[str, Field(min_length=1)]
 
 class CardError(ValueError):
     """A scenario card that cannot be used; the message names file and field."""
+
+
+@dataclass
+class EmpathyScenario(Scenario):
+    """A scenario of the empathy environment: the core `Scenario` plus EMPA's own fields.
+
+    `indicators` are EMPA's nine need levels (C1..P3, each 0-3) that give P_0, which is
+    also set as `initial_state`; `dominant_axis` is the axis ("C", "A" or "P") this person
+    most needs, the deepest of P_0; `opening_line` is their first message. `card` keeps
+    the whole validated `ScenarioCard` (persona, stages, cues, ...) that the environment
+    and its roles read. `ScenarioCard.to_scenario` builds one.
+    """
+
+    indicators: dict[str, int] = field(default_factory=dict)
+    dominant_axis: str = ""
+    opening_line: str = ""
 
 
 class _Strict(BaseModel):
@@ -102,19 +120,19 @@ class ScenarioCard(_Strict):
         p = self.persona
         return [p.name, p.occupation, *p.traits, *(s.content for s in self.stages), *self.memories]
 
-    def to_scenario(self) -> Scenario:
+    def to_scenario(self) -> EmpathyScenario:
         from mapo.envs.dynamics import initial_vector
 
         indicators = self.indicators.model_dump()
-        return Scenario(
+        return EmpathyScenario(
             id=self.id,
             title=self.title,
             category=self.category,
-            dominant_axis=self.dominant_axis,
-            opening_line=self.opening_line,
-            indicators=indicators,
             initial_state=tuple(initial_vector(indicators)),
             card=self.model_dump(),
+            indicators=indicators,
+            dominant_axis=self.dominant_axis,
+            opening_line=self.opening_line,
         )
 
 
@@ -123,7 +141,7 @@ def load_card(path: str | Path) -> ScenarioCard:
     return read_yaml_model(Path(path), ScenarioCard, "card", CardError)
 
 
-def load_scenarios(folder: str | Path) -> list[Scenario]:
+def load_scenarios(folder: str | Path) -> list[EmpathyScenario]:
     """Load every `*.yaml`/`*.yml` card under `folder` (recursively), sorted by id."""
     return scenarios_from_files(folder, lambda file: load_card(file).to_scenario(), "scenario card", CardError)
 
@@ -132,7 +150,7 @@ def bundled_scenario_dir() -> Path:
     return Path(str(resources.files("mapo") / "data" / "scenarios"))
 
 
-def bundled_scenarios(split: Literal["train", "test", "all"] = "train") -> list[Scenario]:
+def bundled_scenarios(split: Literal["train", "test", "all"] = "train") -> list[EmpathyScenario]:
     """The cards shipped with mapo: the fixed 24/12 train/test split, or all 36."""
     root = bundled_scenario_dir()
     if split == "all":
@@ -142,7 +160,7 @@ def bundled_scenarios(split: Literal["train", "test", "all"] = "train") -> list[
     return load_scenarios(root / split)
 
 
-def card_scenarios(source: str) -> list[Scenario]:
+def card_scenarios(source: str) -> list[EmpathyScenario]:
     """The empathy environment's scenario source: a bundled split (train, test, all) or a
     folder (or single file) of cards."""
     if source in ("train", "test", "all"):

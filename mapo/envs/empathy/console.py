@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mapo.envs.base import make_environment
-from mapo.envs.empathy.cards import bundled_scenarios, load_card
+from mapo.envs.empathy.cards import EmpathyScenario, bundled_scenarios, load_card
 from mapo.envs.dynamics import LEVEL_KEYS
 from mapo.rewards import rewards_from_distances
 from mapo.types import AXES, Scenario
@@ -31,7 +31,7 @@ def scenario_table() -> Table:
     return table
 
 
-def find_scenario(name: str) -> Scenario:
+def find_scenario(name: str) -> EmpathyScenario:
     """A bundled card by id, or a card file by path."""
     if name.endswith((".yaml", ".yml")) or Path(name).is_file():
         return load_card(name).to_scenario()

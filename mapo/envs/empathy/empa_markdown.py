@@ -48,7 +48,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from mapo.envs.dynamics import INDICATOR_KEYS, initial_vector
-from mapo.envs.empathy.cards import CATEGORIES, CardError, ScenarioCard
+from mapo.envs.empathy.cards import CATEGORIES, CardError, EmpathyScenario, ScenarioCard
 from mapo.envs.empathy.empa_sections import (
     CANONICAL,
     INDICATOR_RE,
@@ -63,7 +63,7 @@ from mapo.envs.empathy.empa_sections import (
     prose,
     split_sections,
 )
-from mapo.types import AXES, Scenario
+from mapo.types import AXES
 from mapo.validation import describe_validation_error, read_text
 
 DEFAULT_SPEAKING_STYLE = "Chats in short, natural messages, like a real person typing to someone online."
@@ -325,13 +325,13 @@ def load_empa_card(path: str | Path, *, category: str | None = None) -> Scenario
         raise CardError(f"{path}: {describe_validation_error(exc)}") from None
 
 
-def load_empa_cards(folder: str | Path, *, category: str | None = None) -> list[Scenario]:
-    """Every `*.md` EMPA card under `folder` (or one file), as Scenarios sorted by id."""
+def load_empa_cards(folder: str | Path, *, category: str | None = None) -> list[EmpathyScenario]:
+    """Every `*.md` EMPA card under `folder` (or one file), as EmpathyScenarios sorted by id."""
     folder = Path(folder)
     files = [folder] if folder.is_file() else sorted(folder.rglob("*.md")) if folder.is_dir() else []
     if not files:
         raise CardError(f"{folder}: no EMPA case cards (*.md) found")
-    scenarios: dict[str, Scenario] = {}
+    scenarios: dict[str, EmpathyScenario] = {}
     for file in files:
         scenario = load_empa_card(file, category=category).to_scenario()
         if scenario.id in scenarios:

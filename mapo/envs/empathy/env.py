@@ -30,11 +30,12 @@ from collections.abc import Mapping
 from dataclasses import asdict, fields
 from typing import Any
 
-from mapo.envs.base import StepResult, register_environment
+from mapo.envs.base import Environment, StepResult, register_environment
 from mapo.envs.dynamics import (
     DynamicsConfig,
     NeedState,
     StepInfo,
+    epmq,
     initial_vector,
     levels_to_vector,
 )
@@ -75,7 +76,7 @@ def _dynamics(config: DynamicsConfig | Mapping[str, Any] | None, overrides: Mapp
 
 
 @register_environment("empathy")
-class EmpathyEnvironment:
+class EmpathyEnvironment(Environment):
     """One dialogue of the empathy environment (see the module docstring)."""
 
     def __init__(
@@ -235,3 +236,7 @@ class EmpathyEnvironment:
             "fallbacks": dict(self.fallbacks),
             "history": list(self.history),
         }
+
+    def episode_metrics(self) -> dict[str, float]:
+        """The dialogue's EPM-Q (reported per dialogue by the verl integration)."""
+        return {"epmq": float(epmq(self.record())["epmq"])}

@@ -1,80 +1,41 @@
-"""The questioning game as an environment (mapo.envs.base protocol): `twenty-questions` and
+"""The questioning game as an environment (mapo.envs.base.Environment): `twenty-questions` and
 `troubleshooting`, one class each over the same rules (mapo.envs.questioning.game).
 
-A scenario is one secret of a table (`<table>/<secret>`); at reset the environment draws
-the pool, `pool_size` candidates holding the secret, from the scenario id, `pool_size` and
+A scenario is one secret of a table (`<table>/<secret>`); at reset the environment draws the
+pool, `pool_size` candidates holding the secret, from the scenario id, `pool_size` and the card's
 `pool_seed` (cases.draw_pool), so every dialogue of a group plays the same secret and pool.
-The opening user message lists the pool and the askable questions; the system prompt
-(static) gives the rules. The user's replies are short and exact: "Yes." / "No." (", as I
-said." on a repeat), the guess's verdict, or one line saying what may be asked.
+K = 1: state = (-D_t,), action = (D_{t-1} - D_t,), so IDR is each turn's gain. One guess: a wrong
+guess loses, the right one wins, and the game times out after `max_turns` replies.
 
-K = 1: state = (-D_t,), action = (D_{t-1} - D_t,), so ||P_t|| = D_t and IDR is each turn's
-gain (bits of information, plus `solve_bits` for the right guess; game.py). ADR and outcome
-work unchanged. The game ends "success" on the right guess, "failure" on a wrong guess beyond
-the `wrong_guesses_allowed` (default 0: one guess, as in the parlour game), and "timeout" after
-`max_turns` replies (default 2 * ceil(log2(pool_size)) + 1: 7 turns at pool 8, where the
-optimal questioner needs about 4). A forgiven wrong guess takes the candidate out of the pool.
-The system prompt states the guessing rule in force.
+Five settings, each independent of the others (docs/games.md says why each exists):
 
-`show_candidates` (default off) ends each reply of a game still going with the candidates
-still consistent ("Still possible: horse, turtle."): the deduction is then done for the
-policy, which is left to choose questions that narrow the pool and to guess in time. A small
-model that cannot recall which candidates are alive or metal can learn that game; without
-the list it must keep every answer in mind (docs/games.md).
-Why one guess by default: with wrong guesses free, guessing down the list solves max_turns /
-pool_size of the games (7 of 8 at pool 8) without a single question, so "success" would not
-measure questioning; with one guess it solves 1 / pool_size.
+- `pool_size` (8): candidates in play.
+- `max_turns` (2 * ceil(log2(pool_size)) + 1): the replies the policy gets.
+- `view` (`names`): what the policy reads. `names`: the opening lists the candidates and the
+  questions, replies are "Yes." / "No."; `candidates`: each reply also lists the candidates still
+  possible; `table`: the opening also lists what is true of each candidate and each reply re-lists
+  the candidates still possible with theirs; `state`: the policy's context for each reply is the
+  current state alone (`reply_context`: the candidates still possible with what is true of each,
+  the questions not yet asked, the last answer), the transcript keeps the `table` messages.
+- `show_turns_left` (false): the opening and each reply (or the state) say how many replies are left.
+- `scoring` (`bits`): what the distance measures. `bits`: the information still missing,
+  log2(n_t) + 1 while unsolved (game.py); `forfeit_losses`: the same, and a lost game returns the
+  need to where it started, so its rewards sum to 0; `forfeit_unsolved`: a game that times out
+  unsolved forfeits too; `chance`: the chance that even the best questioner fails from here
+  (game.chance_distance), so a reply that wastes the budget costs on its own turn.
 
-`forfeit_on_failure` (default off): a lost game (a wrong guess beyond those allowed) returns
-the need to where it started, D_T = D_0, so the IDR of the losing turn takes back every bit the
-dialogue had earned and a lost game's rewards sum to 0, as its outcome does. Without it a wrong
-guess among n candidates still pays log2(n / (n - 1)) bits, and a guess's expected immediate
-reward, (log2(n) + 1) / n + (n - 1) / n * log2(n / (n - 1)), beats a perfect question's 1 bit
-at n <= 4: a reward read turn by turn then pays guessing early (docs/games.md).
-`forfeit_on_timeout` (default off) does the same for a game that runs out of turns unsolved:
-with lost games forfeited and timeouts not, a policy that never guesses keeps its bits and
-one that guesses risks them, and RL from the warm start learned to stop guessing (docs/games.md).
-`show_turns_left` (default off) ends the opening and each reply of a game still going with the
-replies left ("3 replies left."); the reference players then name a candidate with one reply
-left rather than time out. Without it the policy sees the candidates but not the turn budget,
-so the state it acts on is aliased: guessing with few candidates and many turns left loses games
-a question would win, guessing on the last reply wins games a question would time out, and the
-policy sees no difference between the two. RL learned to guess by candidates left alone (no
-trained policy guessed on its last reply more than a point more often than before it; docs/results.md).
-
-`need` (default `bits`) is what the distance measures. `bits`: the information still missing,
-log2(n_t) + solve_bits (game.py), so each turn earns the bits it gained, whatever the budget.
-`chance`: the chance that even the best questioner fails from here, 1 - min(n_t, 2^(r_t - 1)) / n_t
-with r_t replies left (game.win_chance), 0 once solved and 1 once lost or timed out. A question
-that keeps the best player's chance costs nothing, a reply that wastes the budget (a re-asked
-question once the slack is gone, a lopsided split) costs on its own turn, and a guess is charged
-only the chance it throws away, so the turn-by-turn reading that MAPO's immediate half takes
-carries the budget. A game's rewards sum to its outcome minus the best player's chance at the
-start. It ends a lost game at the full distance itself, so it takes no forfeits, and it assumes
-one guess.
-
-`show_table` (default off) puts the table in view: the opening lists, under the questions, what
-is true of each candidate of the pool (`horse: alive, animal, big, legs`; a fault: the checks
-that answer yes), and each reply of a game still going re-lists the candidates still possible
-with theirs (it stands in for `show_candidates`' line). Each attribute is named by the phrase
-its listed question says. The parser, the reward and the answers are unchanged: only what the
-user says differs. Without it the policy must know which things are alive or metal (world
-knowledge); with it, what is left is strategy: which question splits the candidates left,
-and when to guess (docs/games.md).
-
-Options: pool_size (default 8), max_turns, solve_bits (1.0), wrong_guesses_allowed (0), pool_seed (0),
-show_candidates (false), forfeit_on_failure (false), forfeit_on_timeout (false), show_turns_left (false),
-show_table (false), need (bits).
-Scenarios (`env.scenarios`, `mapo eval --scenarios`): train | test | all of the bundled
-case set, or a case file `path.yaml` (all its secrets) or `path.yaml:train|test`.
+Names of older versions (`show_candidates`, `show_table`, `need`, `forfeit_on_failure`,
+`forfeit_on_timeout`) are mapped by `upgrade_options`. Scenarios (`env.scenarios`, `mapo eval
+--scenarios`): train | test | all of the bundled case set, or a case file `path.yaml` (all its
+secrets) or `path.yaml:train|test`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
-from mapo.envs.base import StepResult
+from mapo.envs.base import Environment, StepResult
 from mapo.envs.questioning.cases import (
     SPLITS,
     CaseError,
@@ -89,8 +50,11 @@ from mapo.envs.questioning.parse import parse_reply
 from mapo.envs.questioning.table import Table
 from mapo.types import Scenario
 
-NEEDS = ("bits", "chance")
-TRANSCRIPT_KEYS = ("kind", "bits", "attribute", "guess", "reason", "candidates_left", "pool_size", "secret")
+VIEWS = ("names", "candidates", "table", "state")
+SCORINGS = ("bits", "forfeit_losses", "forfeit_unsolved", "chance")
+TRANSCRIPT_KEYS = ("kind", "bits", "attribute", "guess", "reason", "candidates_left", "pool_size", "secret", "split",
+                   "most_even")
+NOT_ASKED = "not asked yet"  # the state view's line of questions left, as the reference players read it
 
 
 def default_max_turns(pool_size: int) -> int:
@@ -108,6 +72,21 @@ def opening_message(table: Table, pool: list[str], labels: tuple[str, ...], show
     return "\n".join(lines)
 
 
+def state_message(game: GameState, labels: tuple[str, ...], last_answer: str | None, replies_left: int | None) -> str:
+    """The state view: the last answer, the candidates still possible with what is true of each, the
+    questions not asked yet, and (when shown) the replies left."""
+    table, left = game.table, game.consistent()
+    lines = [table.intro] if table.intro else []
+    if last_answer is not None:
+        lines.append(f"Last answer: {last_answer}")
+    lines.append(f"{labels[0]} still possible: {', '.join(left)}.")
+    lines += [f"{labels[2]}:", *fact_lines(table, left)]
+    lines.append(f"{labels[1]} {NOT_ASKED}: {' '.join(a.question for a in table.attributes if a.key not in game.answers)}")
+    if replies_left is not None:
+        lines.append(turns_left_note(replies_left))
+    return "\n".join(lines)
+
+
 def fact_lines(table: Table, candidates: list[str]) -> list[str]:
     """One line per candidate: its name and the labels of what is true of it ("-" for nothing)."""
     return [f"{name}: {', '.join(table.true_of(name)) or '-'}" for name in candidates]
@@ -118,12 +97,41 @@ def turns_left_note(replies: int) -> str:
     return f"{replies} {'reply' if replies == 1 else 'replies'} left."
 
 
-class QuestioningEnvironment:
+def upgrade_options(options: dict[str, Any]) -> dict[str, Any]:
+    """Options of older versions as today's settings: `show_table` / `show_candidates` -> `view`,
+    `need` and the two forfeits -> `scoring`; the retired `solve_bits`, `wrong_guesses_allowed` and
+    `pool_seed` only at the values the game now fixes."""
+    options = dict(options)
+    show_table, show_candidates = options.pop("show_table", None), options.pop("show_candidates", None)
+    if show_table is not None or show_candidates is not None:
+        if "view" in options:
+            raise ValueError("questioning game: give `view` alone, without show_table / show_candidates (its older names)")
+        options["view"] = "table" if show_table else "candidates" if show_candidates else "names"
+    need = options.pop("need", None)
+    on_loss, on_timeout = options.pop("forfeit_on_failure", None), options.pop("forfeit_on_timeout", None)
+    if need is not None or on_loss is not None or on_timeout is not None:
+        if "scoring" in options:
+            raise ValueError("questioning game: give `scoring` alone, without need / forfeit_on_* (its older names)")
+        if on_timeout and not on_loss:
+            raise ValueError("questioning game: forfeit_on_timeout without forfeit_on_failure is no longer a "
+                             f"scoring; use scoring: one of {', '.join(SCORINGS)}")
+        if need == "chance" and (on_loss or on_timeout):
+            raise ValueError("questioning game: need: chance takes no forfeits; use scoring: chance")
+        options["scoring"] = ("chance" if need == "chance" else "forfeit_unsolved" if on_timeout
+                              else "forfeit_losses" if on_loss else need if need is not None else "bits")
+    for retired, fixed in (("solve_bits", 1.0), ("wrong_guesses_allowed", 0), ("pool_seed", 0)):
+        if retired in options and options.pop(retired) != fixed:
+            raise ValueError(f"questioning game: {retired} is no longer a setting (the game fixes it at {fixed}"
+                             + ("; a scenario's card may give pool_seed" if retired == "pool_seed" else "") + ")")
+    return options
+
+
+class QuestioningEnvironment(Environment):
     """One game: the policy asks, the table answers (see the module docstring)."""
 
-    case_set = "twenty-questions"
-    labels = ("Candidates", "Questions", "True of each (the rest is false)")
-    system_prompt = (
+    case_set: ClassVar[str] = "twenty-questions"
+    labels: ClassVar[tuple[str, ...]] = ("Candidates", "Questions", "True of each (the rest is false)")
+    system_prompt: ClassVar[str] = (
         "We play twenty questions. I secretly picked one of the candidates. Ask one listed yes/no "
         "question per reply. When you know it, reply Guess: <name>. You have one guess."
     )
@@ -131,46 +139,31 @@ class QuestioningEnvironment:
     reference_players = ("player:optimal", "player:informative", "player:random")
     reply_limits = {"max_new_tokens": 32, "max_sentences": 1}  # one short question or guess per reply
     dialogue_summary = staticmethod(game_summary)
+    upgrade_options = staticmethod(upgrade_options)
 
-    def __init__(self, pool_size: int = 8, max_turns: int | None = None, solve_bits: float = 1.0,
-                 wrong_guesses_allowed: int = 0, pool_seed: int = 0, show_candidates: bool = False,
-                 forfeit_on_failure: bool = False, forfeit_on_timeout: bool = False,
-                 show_turns_left: bool = False, show_table: bool = False, need: str = "bits") -> None:
-        if not isinstance(pool_size, int) or pool_size < 2:
+    def __init__(self, pool_size: int = 8, max_turns: int | None = None, view: str = "names",
+                 show_turns_left: bool = False, scoring: str = "bits") -> None:
+        if not isinstance(pool_size, int) or isinstance(pool_size, bool) or pool_size < 2:
             raise ValueError(f"{self.case_set}: pool_size must be an integer >= 2, got {pool_size!r}")
-        if max_turns is not None and max_turns < 1:
-            raise ValueError(f"{self.case_set}: max_turns must be at least 1, got {max_turns}")
-        if not solve_bits > 0:
-            raise ValueError(f"{self.case_set}: solve_bits must be > 0 (a right guess must pay more than a timeout), got {solve_bits}")
-        if not isinstance(wrong_guesses_allowed, int) or wrong_guesses_allowed < 0:
-            raise ValueError(f"{self.case_set}: wrong_guesses_allowed must be an integer >= 0, got {wrong_guesses_allowed!r}")
-        for name, flag in (("show_candidates", show_candidates), ("forfeit_on_failure", forfeit_on_failure),
-                           ("forfeit_on_timeout", forfeit_on_timeout), ("show_turns_left", show_turns_left),
-                           ("show_table", show_table)):
-            if not isinstance(flag, bool):
-                raise ValueError(f"{self.case_set}: {name} must be true or false, got {flag!r}")
-        # the endings whose rewards are taken back (the need returns to D_0)
-        self.forfeited = {reason for reason, on in (("failure", forfeit_on_failure), ("timeout", forfeit_on_timeout)) if on}
-        if need not in NEEDS:
-            raise ValueError(f"{self.case_set}: need must be one of {', '.join(NEEDS)}, got {need!r}")
-        if need == "chance" and (self.forfeited or wrong_guesses_allowed):
-            raise ValueError(f"{self.case_set}: need: chance ends a lost game at the full distance itself and "
-                             "assumes one guess; leave forfeit_on_failure, forfeit_on_timeout and wrong_guesses_allowed unset")
-        self.need = need
-        self.wrong_guesses_allowed = wrong_guesses_allowed
-        if wrong_guesses_allowed:  # the class's prompt states the default rule, one guess
-            self.system_prompt = self.system_prompt.replace(
-                "You have one guess.", f"You have {wrong_guesses_allowed + 1} guesses.")
-        self.show_candidates = show_candidates
-        self.show_turns_left = show_turns_left
-        self.show_table = show_table
+        if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
+            raise ValueError(f"{self.case_set}: max_turns must be an integer >= 1 or null, got {max_turns!r}")
+        if view not in VIEWS:
+            raise ValueError(f"{self.case_set}: view must be one of {', '.join(VIEWS)}, got {view!r}")
+        if not isinstance(show_turns_left, bool):
+            raise ValueError(f"{self.case_set}: show_turns_left must be true or false, got {show_turns_left!r}")
+        if scoring not in SCORINGS:
+            raise ValueError(f"{self.case_set}: scoring must be one of {', '.join(SCORINGS)}, got {scoring!r}")
         self.pool_size = pool_size
         self.max_turns = max_turns or default_max_turns(pool_size)
-        self.solve_bits = float(solve_bits)
-        self.pool_seed = pool_seed
+        self.view = view
+        self.show_turns_left = show_turns_left
+        self.scoring = scoring
+        # the endings whose rewards are taken back (the need returns to D_0)
+        self.forfeited = {"forfeit_losses": {"failure"}, "forfeit_unsolved": {"failure", "timeout"}}.get(scoring, set())
         self.game: GameState | None = None
+        self.last_answer: str | None = None
 
-    # -- how scenarios load and how evaluation adapts the options (mapo.envs.base)
+    # -- how scenarios load and how evaluation adapts the options (mapo.envs.base.Environment)
 
     @classmethod
     def load_scenarios(cls, source: str) -> list[Scenario]:
@@ -189,8 +182,8 @@ class QuestioningEnvironment:
     @staticmethod
     def with_turn_cap(options: dict[str, Any], max_turns: int) -> dict[str, Any]:
         """The game keeps its own turn limit (default or set); the evaluation's cap only bounds it
-        from outside, except when the budget is shown (`show_turns_left`): a cap below the game's
-        limit then becomes it, so the replies left it states are the replies the policy gets."""
+        from outside, except when the budget is shown: a cap below the game's limit then becomes it,
+        so the replies left it states are the replies the policy gets."""
         pool_size = options.get("pool_size", 8)
         if options.get("show_turns_left") is not True or not isinstance(pool_size, int) or pool_size < 2:
             return dict(options)  # an invalid option is reported by the environment itself
@@ -209,14 +202,24 @@ class QuestioningEnvironment:
         except KeyError as err:
             raise CaseError(f"scenario {scenario.id!r} is not a questioning-game scenario (its card lacks {err})") from None
         try:
-            pool = draw_pool(table, secret, self.pool_size, scenario.id, self.pool_seed)
+            pool = draw_pool(table, secret, self.pool_size, scenario.id, int(card.get("pool_seed", 0)))
         except CaseError as err:
             raise CaseError(f"{case_set.path}: {err}") from None
-        self.game = GameState(table, secret, pool, self.solve_bits)
+        self.game = GameState(table, secret, pool)
         self.turn = 0
         self.done_reason: str | None = None
-        opening = opening_message(table, pool, self.labels, self.show_table)
+        self.last_answer = None
+        opening = opening_message(table, pool, self.labels, self.view in ("table", "state"))
         return f"{opening}\n{turns_left_note(self.max_turns)}" if self.show_turns_left else opening
+
+    def reply_context(self) -> str | None:
+        """Under `view: state`, the state the next reply is chosen in; otherwise the transcript."""
+        if self.view != "state":
+            return None
+        if self.game is None:
+            raise RuntimeError("call reset(scenario) first")
+        replies_left = self.max_turns - self.turn if self.show_turns_left else None
+        return state_message(self.game, self.labels, self.last_answer, replies_left)
 
     def step(self, response: str) -> StepResult:
         if self.game is None:
@@ -226,11 +229,14 @@ class QuestioningEnvironment:
         if not isinstance(response, str):
             raise TypeError(f"response must be a string, got {type(response).__name__}")
         before = self._distance()
-        outcome = self.game.play(parse_reply(response, self.game.table))
+        state_key = self._state_key()
+        move = parse_reply(response, self.game.table)
+        split, most_even = self._question_quality(move.attribute if move.kind == "question" else None)
+        outcome = self.game.play(move)
         self.turn += 1
         if self.game.solved:
             self.done_reason = "success"
-        elif len(self.game.wrong_guesses) > self.wrong_guesses_allowed:
+        elif self.game.wrong_guesses:
             self.done_reason = "failure"
         elif self.turn >= self.max_turns:
             self.done_reason = "timeout"
@@ -247,21 +253,48 @@ class QuestioningEnvironment:
             "secret": self.game.secret,
             "state": (-distance,),
             "distance": distance,
+            "state_key": state_key,
+            "split": split,
+            "most_even": most_even,
             "done_reason": self.done_reason,
         }
+        self.last_answer = outcome.reply
         reply = outcome.reply
-        if self.show_table and self.done_reason is None:
+        if self.view in ("table", "state") and self.done_reason is None:
             reply += "\n".join([" Still possible:", *fact_lines(self.game.table, self.game.consistent())])
-        elif self.show_candidates and self.done_reason is None:
+        elif self.view == "candidates" and self.done_reason is None:
             reply += f" Still possible: {', '.join(self.game.consistent())}."
         if self.show_turns_left and self.done_reason is None:  # on a line of its own below a table
-            reply += ("\n" if self.show_table else " ") + turns_left_note(self.max_turns - self.turn)
+            reply += ("\n" if self.view in ("table", "state") else " ") + turns_left_note(self.max_turns - self.turn)
         return StepResult(reply, (before - distance,), self.done_reason is not None, info)
 
-    def _distance(self) -> float:
-        """The need left now (the module docstring's `need`)."""
+    def _question_quality(self, attribute: str | None) -> tuple[bool | None, bool | None]:
+        """(whether asking `attribute` splits the candidates still possible, whether it splits them and
+        no question not asked yet splits them more evenly); None for a reply that asks no question."""
         assert self.game is not None
-        if self.need == "bits":
+        if attribute is None:
+            return None, None
+        table, left = self.game.table, self.game.consistent()
+
+        def imbalance(key: str) -> int:
+            return abs(2 * sum(table.answer(c, key) for c in left) - len(left))
+
+        unasked = [a.key for a in table.attributes if a.key not in self.game.answers]
+        if attribute not in unasked:  # a re-asked question teaches nothing
+            return False, False
+        split = imbalance(attribute) < len(left)  # with one candidate left no question splits, none is most even
+        return split, split and imbalance(attribute) == min(map(imbalance, unasked))
+
+    def _state_key(self) -> str:
+        """The exact state a reply is chosen in: candidates left, questions asked, replies left."""
+        assert self.game is not None
+        return "|".join((",".join(sorted(self.game.consistent())), ",".join(sorted(self.game.answers)),
+                         str(self.max_turns - self.turn)))
+
+    def _distance(self) -> float:
+        """The need left now (the module docstring's `scoring`)."""
+        assert self.game is not None
+        if self.scoring != "chance":
             return self.game.distance()
         if self.game.solved:
             return 0.0
@@ -273,7 +306,7 @@ class QuestioningEnvironment:
     def initial_state(self) -> tuple[float]:
         if self.game is None:
             raise RuntimeError("call reset(scenario) first")
-        if self.need == "chance":
+        if self.scoring == "chance":
             return (-chance_distance(len(self.game.pool), self.max_turns),)
         return (-self.game.initial_distance(),)
 

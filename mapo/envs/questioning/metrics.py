@@ -11,7 +11,11 @@ the environment writes, kept in transcripts through its `transcript_keys`).
 - early_guesses: mean guesses per dialogue made while two or more candidates were still
   consistent (a blind guess; the reference players make none);
 - stalled_turns: mean replies per dialogue other than a guess made while one candidate was left
-  (the answer known and not given; the reference players make none).
+  (the answer known and not given; the reference players make none);
+- split_rate, most_even_rate: of the replies that ask a listed question (re-asks included), those
+  that split the candidates still possible, and those that split them as evenly as any question not
+  asked yet could; split_share, most_even_share: the same over all replies (None without the
+  environment's `split` / `most_even` info).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Any
 
 QUESTION_KINDS = ("question", "repeat", "invalid")
 FIGURES = ("success_rate", "turns_to_success", "bits_per_question", "bits_mean", "invalid_rate", "repeat_rate", "wrong_guesses",
-           "early_guesses", "stalled_turns")
+           "early_guesses", "stalled_turns", "split_rate", "most_even_rate", "split_share", "most_even_share")
 GUESS_KINDS = ("guess_right", "guess_wrong")
 
 
@@ -53,6 +57,12 @@ def game_summary(dialogues: Sequence[Mapping[str, Any]]) -> dict[str, float | No
     def share(kind: str) -> float:
         return sum(t["kind"] == kind for t in turns) / len(turns) if turns else 0.0
 
+    def rate(key: str, over: Sequence[Mapping[str, Any]]) -> float | None:
+        judged = [t for t in turns if t.get(key) is not None]
+        return sum(bool(t[key]) for t in judged) / len(over) if judged and over else None
+
+    questions = [t for t in turns if t.get("split") is not None]
+
     return {
         "success_rate": len(solved) / len(dialogues),
         "turns_to_success": sum(len(d["turns"]) for d in solved) / len(solved) if solved else None,
@@ -63,5 +73,9 @@ def game_summary(dialogues: Sequence[Mapping[str, Any]]) -> dict[str, float | No
         "wrong_guesses": sum(t["kind"] == "guess_wrong" for t in turns) / len(dialogues),
         "early_guesses": sum(early) / len(dialogues),
         "stalled_turns": sum(stalled) / len(dialogues),
+        "split_rate": rate("split", questions),
+        "most_even_rate": rate("most_even", questions),
+        "split_share": rate("split", turns),
+        "most_even_share": rate("most_even", turns),
     }
 

@@ -17,7 +17,8 @@ with the game's own parser (parse.py) to know what is still consistent. It never
 Each names the candidate once one is left. Random draws come from one generator seeded at
 construction and consumed in call order, so a run is reproducible. All three name the first
 consistent candidate when the game says one reply is left (`show_turns_left`): a guess among
-n wins 1 / n of those games, a question none.
+n wins 1 / n of those games, a question none. Under `view: state` the conversation is the state
+alone (its candidates still possible and questions not asked yet), and the players read that.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ import random
 from collections.abc import Sequence
 
 from mapo.envs.questioning.cases import BUNDLED, bundled_case_file, load_case_set, loaded_case_sets
-from mapo.envs.questioning.env import turns_left_note
+from mapo.envs.questioning.env import NOT_ASKED, turns_left_note
 from mapo.envs.questioning.game import consistent
 from mapo.envs.questioning.parse import parse_reply
-from mapo.envs.questioning.table import Table
+from mapo.envs.questioning.table import Attribute, Table
 
 PLAYER_PREFIX = "player:"
 PLAYERS = ("optimal", "informative", "random")
@@ -69,6 +70,34 @@ def read_opening(opening: str, tables: Sequence[Table]) -> tuple[Table, list[str
     return table, pool
 
 
+def read_state(message: str, tables: Sequence[Table]) -> tuple[Table, list[str], list[str]] | None:
+    """(table, candidates still possible, attribute keys not asked yet) from a state-view message
+    (env.state_message), or None when `message` is not one."""
+    lines = message.splitlines()
+    asked_line = next((line for line in lines if f" {NOT_ASKED}:" in line), None)
+    left_line = next((line for line in lines if " still possible: " in line), None)
+    if asked_line is None or left_line is None:
+        return None
+    left = left_line.partition(" still possible: ")[2].removesuffix(".").split(", ")
+    questions = asked_line.partition(f" {NOT_ASKED}:")[2].strip()
+    for table in tables:
+        unasked = _listed_keys(table, questions)
+        if unasked is not None and all(name in table.facts for name in left):
+            return table, left, unasked
+    raise ValueError(f"the state message is not that of a known questioning game: {message[:120]!r}")
+
+
+def _listed_keys(table: Table, questions: str) -> list[str] | None:
+    """The keys of `table`'s attributes whose questions `questions` lists in the table's order, or
+    None when it lists anything else."""
+    keys, rest = [], questions
+    for attribute in table.attributes:
+        if rest == attribute.question or rest.startswith(attribute.question + " "):
+            keys.append(attribute.key)
+            rest = rest[len(attribute.question):].lstrip()
+    return keys if not rest else None
+
+
 class Player:
     """A reference player (see the module docstring); `kind` is optimal, informative or random."""
 
@@ -87,6 +116,10 @@ class Player:
         said = [m for m in conversation if m["role"] != "system"]
         if not said or said[0]["role"] != "user":
             raise ValueError("a game conversation starts with the user's opening message")
+        state = read_state(said[-1]["content"], known_tables())
+        if state is not None:
+            table, left, unasked_keys = state
+            return self._choose(table, left, [table.attribute(k) for k in unasked_keys], said[-1]["content"])
         table, pool = read_opening(said[0]["content"], known_tables())
         answers: dict[str, bool] = {}
         wrong: set[str] = set()
@@ -97,9 +130,12 @@ class Player:
             elif move.kind == "guess" and theirs["content"].startswith("No"):
                 wrong.add(str(move.candidate))
         left = consistent(table, pool, answers, wrong) or [c for c in pool if c not in wrong]
-        if len(left) == 1 or said[-1]["content"].endswith(turns_left_note(1)):
+        return self._choose(table, left, [a for a in table.attributes if a.key not in answers], said[-1]["content"])
+
+    def _choose(self, table: Table, left: list[str], unasked: list[Attribute], last_message: str) -> str:
+        """The player's reply with `left` candidates still possible and `unasked` questions left."""
+        if len(left) == 1 or last_message.endswith(turns_left_note(1)):
             return f"Guess: {left[0]}"
-        unasked = [a for a in table.attributes if a.key not in answers]
         if not unasked:  # every attribute asked: the table tells all candidates apart, so this is rare
             return f"Guess: {left[0]}"
         if self.kind == "random":

@@ -36,10 +36,9 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
 from verl.utils.profiler import simple_timer
 
-from mapo.envs.dynamics import epmq
 from mapo.integrations.verl.estimators import place_turn_rewards, turn_spans
 from mapo.rewards import REWARD_KINDS, rewards_from_distances
-from mapo.envs.base import environment_factory, load_scenarios
+from mapo.envs.base import declared, environment_factory, load_scenarios
 from mapo.types import Scenario
 
 AGENT_NAME = "mapo_dialogue"
@@ -264,8 +263,8 @@ class MapoDialogueAgentLoop(AgentLoopBase):
             "mapo_final_distance": distances[-1],
             "mapo_success": float(done_reason == "success"),
         }
-        if callable(getattr(env, "record", None)):  # environments with EMPA dynamics (empathy)
-            extra_fields["reward_extra_info"]["mapo_epmq"] = float(epmq(env.record())["epmq"])
+        for key, value in declared(env).episode_metrics(env).items():  # e.g. the empathy dialogue's EPM-Q
+            extra_fields["reward_extra_info"][f"mapo_{key}"] = float(value)
         metrics.setdefault("num_preempted", -1)
         n_response = len(response_mask)
         return MapoAgentLoopOutput(

@@ -84,7 +84,7 @@ def test_full_offline_episode_keeps_the_k1_need_vector_consistent(thesis):
     env = make_environment("emotion", max_turns=len(POLICY))
     assert isinstance(env, EmotionEnvironment) and isinstance(env, Environment)
     opening = env.reset(thesis, seed=7)
-    assert opening == thesis.opening_line
+    assert opening == thesis.card["first_message"]
     assert env.emotion == 35.0 and env.state == (-65.0,) and env.distance == 65.0  # from the persona line
     assert env.initial_state == thesis.initial_state == (-65.0,)
 
@@ -119,7 +119,7 @@ def test_full_offline_episode_keeps_the_k1_need_vector_consistent(thesis):
 def test_offline_judge_orders_replies_sensibly(thesis):
     persona = Persona.from_scenario(thesis)
     judge = OfflineEmotionJudge()
-    history = [{"role": "user", "content": thesis.opening_line}]
+    history = [{"role": "user", "content": thesis.card["first_message"]}]
     score = {name: judge.score(persona, history, text).change
              for name, text in [("good", GOOD), ("warm", WARM), ("platitude", PLATITUDE),
                                 ("dismissive", DISMISSIVE), ("off_topic", OFF_TOPIC)]}
@@ -268,7 +268,7 @@ class Scripted:
 
 def test_llm_judge_parses_repairs_and_falls_back(thesis):
     persona = Persona.from_scenario(thesis)
-    history = [{"role": "user", "content": thesis.opening_line}]
+    history = [{"role": "user", "content": thesis.card["first_message"]}]
     judge = LLMEmotionJudge(Scripted('Sure: {"change": 6, "reason": "names the extension worry"}'))
     out = judge.score(persona, history, GOOD)
     assert out.change == 6.0 and not out.fallback and out.reason == "names the extension worry"

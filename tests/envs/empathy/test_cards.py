@@ -15,12 +15,13 @@ from mapo.envs.dynamics import initial_vector
 from mapo.envs.empathy.cards import (
     CATEGORIES,
     CardError,
+    EmpathyScenario,
     bundled_scenario_dir,
     bundled_scenarios,
     load_card,
     load_scenarios,
 )
-from mapo.types import AXES
+from mapo.types import AXES, Scenario
 
 EXAMPLE_CARD = bundled_scenario_dir() / "test" / "leisure-noor-dance-class.yaml"
 
@@ -112,8 +113,11 @@ def test_cards_are_rich_and_hand_written():
 def test_to_scenario_keeps_the_whole_card():
     card = load_card(EXAMPLE_CARD)
     scenario = card.to_scenario()
+    assert isinstance(scenario, EmpathyScenario) and isinstance(scenario, Scenario)
     assert scenario.id == "leisure-noor-dance-class"
     assert scenario.opening_line == card.opening_line
+    assert scenario.dominant_axis == card.dominant_axis == "P"
+    assert scenario.indicators == card.indicators.model_dump()
     assert scenario.initial_state == (0.0, -5.0, -9.0)
     assert scenario.card["cues"]["empowerment"] == card.cues.empowerment
     assert scenario.card["growth_arc"] == card.growth_arc

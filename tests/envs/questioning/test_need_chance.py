@@ -1,4 +1,4 @@
-"""`need: chance`: the distance as the best questioner's chance of failing from here, so a reply
+"""`scoring: chance`: the distance as the best questioner's chance of failing from here, so a reply
 that wastes the budget costs on its own turn (issue 56: what MAPO's immediate half reads)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from mapo.envs.questioning.players import Player
 from mapo.rewards import rewards_from_distances
 
 TQ = "twenty-questions"
-TIGHT = {"pool_size": 8, "max_turns": 5, "show_turns_left": True, "need": "chance"}
+TIGHT = {"pool_size": 8, "max_turns": 5, "show_turns_left": True, "scoring": "chance"}
 
 
 def test_win_chance_counts_the_groups_the_questions_left_can_make():
@@ -55,10 +55,15 @@ def test_a_guess_is_charged_the_chance_it_throws_away():
     assert won.info["done_reason"] == "success" and won.action == pytest.approx((0.0,))  # the best player wins too
 
 
-def test_chance_refuses_forfeits_and_extra_guesses_and_unknown_needs():
-    with pytest.raises(ValueError, match="need: chance ends a lost game"):
-        make_environment(TQ, need="chance", forfeit_on_timeout=True)
-    with pytest.raises(ValueError, match="need: chance ends a lost game"):
-        make_environment(TQ, need="chance", wrong_guesses_allowed=1)
-    with pytest.raises(ValueError, match="need must be one of bits, chance"):
-        make_environment(TQ, need="hope")
+def test_chance_is_the_same_under_its_older_name_and_refuses_forfeits_and_unknown_scorings():
+    scenario = load_scenarios(TQ, "test")[0]
+    older = {**TIGHT, "need": "chance"}
+    del older["scoring"]
+    for replies in (["Is it alive?"], [f"Guess: {scenario.card['secret']}"]):
+        assert play(TQ, scenario, replies, **older)[1] == play(TQ, scenario, replies, **TIGHT)[1]
+    with pytest.raises(ValueError, match="need: chance takes no forfeits; use scoring: chance"):
+        make_environment(TQ, need="chance", forfeit_on_failure=True)
+    with pytest.raises(ValueError, match="wrong_guesses_allowed is no longer a setting"):
+        make_environment(TQ, scoring="chance", wrong_guesses_allowed=1)
+    with pytest.raises(ValueError, match="scoring must be one of bits, forfeit_losses, forfeit_unsolved, chance"):
+        make_environment(TQ, scoring="hope")

@@ -3,6 +3,7 @@ reference players, evaluation by name and demonstrations."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -102,6 +103,14 @@ def test_a_scenario_fixes_its_pool_for_every_dialogue():
     assert len(pool) == 8 and scenario.card["secret"] in pool
     big = make_environment(TQ, pool_size=32).reset(scenario).splitlines()[0]
     assert len(big.split(", ")) == 32
+    # the card's pool_seed draws another pool of the same secret (every dialogue of it the same)
+    reseeded = dataclasses.replace(scenario, card={**scenario.card, "pool_seed": 3})
+    other = {make_environment(TQ).reset(reseeded, seed=seed) for seed in range(3)}
+    assert len(other) == 1
+    other_pool = other.pop().splitlines()[0].removeprefix("Candidates: ").removesuffix(".").split(", ")
+    assert scenario.card["secret"] in other_pool and set(other_pool) != set(pool)
+    assert make_environment(TQ).reset(dataclasses.replace(scenario, card={**scenario.card, "pool_seed": 0})).splitlines()[0] \
+        == make_environment(TQ).reset(scenario).splitlines()[0]  # seed 0 is the card without one
 
 
 # ---------------------------------------------------------------- the exact mapping
@@ -177,11 +186,14 @@ def test_non_questions_earn_nothing_and_a_rephrased_repeat_earns_nothing():
     assert distances[1] == distances[2] == distances[3]
 
 
+def _pool(conversation):
+    """The pool the opening lists (conversation[1])."""
+    return conversation[1]["content"].splitlines()[0].partition(": ")[2].removesuffix(".").split(", ")
+
+
 def _guesser(conversation):
     """Guesses the next pool member every turn, asking nothing."""
-    opening = conversation[1]["content"]
-    pool = opening.splitlines()[0].partition(": ")[2].removesuffix(".").split(", ")
-    return f"Guess: {pool[(len(conversation) - 2) // 2]}"
+    return f"Guess: {_pool(conversation)[(len(conversation) - 2) // 2]}"
 
 
 def _questioner_who_never_guesses(conversation):
@@ -330,28 +342,25 @@ def test_a_case_file_of_ones_own_is_a_scenario_source(tmp_path):
     assert distances[0] == pytest.approx(math.log2(3) + 1) and distances[-1] == 0
 
 
-def test_a_wrong_guess_ends_the_game_unless_forgiven():
+def test_a_wrong_guess_always_ends_the_game():
     scenario = load_scenarios(TQ, "test")[0]
     env = make_environment(TQ)
     pool = env.reset(scenario).splitlines()[0].partition(": ")[2].removesuffix(".").split(", ")
     wrong = [c for c in pool if c != scenario.card["secret"]]
-    infos, _, _ = play(TQ, scenario, lambda c: f"Guess: {wrong[0]}")
-    assert [i["done_reason"] for i in infos] == ["failure"]
-    # two wrong guesses forgiven: the candidates leave the pool, the third ends the game
-    serial = _script([lambda c: f"Guess: {wrong[0]}", lambda c: f"Guess: {wrong[1]}"], lambda c: f"Guess: {wrong[2]}")
-    infos, _, _ = play(TQ, scenario, serial, wrong_guesses_allowed=2)
-    assert [i["kind"] for i in infos] == ["guess_wrong"] * 3 and [i["candidates_left"] for i in infos] == [7, 6, 5]
-    assert infos[-1]["done_reason"] == "failure" and infos[1]["done_reason"] is None
-    with pytest.raises(ValueError, match="wrong_guesses_allowed"):
-        make_environment(TQ, wrong_guesses_allowed=-1)
+    for name in wrong[:3]:
+        infos, _, _ = play(TQ, scenario, lambda c, n=name: f"Guess: {n}")
+        assert [(i["kind"], i["done_reason"]) for i in infos] == [("guess_wrong", "failure")]
+    # after questions too: one guess, and the wrong one loses
+    serial = _script([OPTIMAL.reply], lambda c: f"Guess: {wrong[0]}")
+    infos, _, _ = play(TQ, scenario, serial)
+    assert [i["done_reason"] for i in infos] == [None, "failure"]
     assert "You have one guess." in env.system_prompt
-    assert "You have 3 guesses." in make_environment(TQ, wrong_guesses_allowed=2).system_prompt
 
 
-def test_show_candidates_lists_what_is_still_consistent_and_players_still_read_it():
+def test_view_candidates_lists_what_is_still_consistent_and_players_still_read_it():
     scenario = load_scenarios(TQ, "test")[0]
     optimal = Player("optimal")
-    infos, _, conversation = play(TQ, scenario, lambda c: optimal.reply(c[1:]), show_candidates=True)
+    infos, _, conversation = play(TQ, scenario, lambda c: optimal.reply(c[1:]), view="candidates")
     users = [m["content"] for m in conversation[3::2]]
     for info, said in zip(infos[:-1], users[:-1]):  # every reply of a game still going lists the rest
         left = said.partition(" Still possible: ")[2].removesuffix(".").split(", ")
@@ -359,11 +368,11 @@ def test_show_candidates_lists_what_is_still_consistent_and_players_still_read_i
     assert infos[-1]["done_reason"] == "success" and "Still possible" not in users[-1]
     plain, _, _ = play(TQ, scenario, lambda c: optimal.reply(c[1:]))
     assert [i["kind"] for i in plain] == [i["kind"] for i in infos]  # the list changes what is said, not the game
-    with pytest.raises(ValueError, match="show_candidates"):
-        make_environment(TQ, show_candidates="yes")
+    with pytest.raises(ValueError, match="view must be one of names, candidates, table, state, got 'list'"):
+        make_environment(TQ, view="list")
 
 
-def test_forfeit_on_failure_takes_back_every_bit_of_a_lost_game():
+def test_scoring_forfeit_losses_takes_back_every_bit_of_a_lost_game():
     scenario = load_scenarios(TQ, "test")[0]
     secret = scenario.card["secret"]
     optimal = Player("optimal")
@@ -374,17 +383,17 @@ def test_forfeit_on_failure_takes_back_every_bit_of_a_lost_game():
         left = conversation[-1]["content"].partition(" Still possible: ")[2].removesuffix(".").split(", ")
         return f"Guess: {next(c for c in left if c != secret)}"
 
-    plain, plain_d, _ = play(TQ, scenario, ask_twice_then_guess_wrong, show_candidates=True)
-    lost, lost_d, _ = play(TQ, scenario, ask_twice_then_guess_wrong, show_candidates=True, forfeit_on_failure=True)
+    plain, plain_d, _ = play(TQ, scenario, ask_twice_then_guess_wrong, view="candidates")
+    lost, lost_d, _ = play(TQ, scenario, ask_twice_then_guess_wrong, view="candidates", scoring="forfeit_losses")
     assert [i["kind"] for i in lost] == [i["kind"] for i in plain] == ["question", "question", "guess_wrong"]
     assert lost[-1]["done_reason"] == "failure" and lost_d[-1] == lost_d[0] == plain_d[0]
     assert idr_return(lost_d) == pytest.approx(0.0) and idr_return(plain_d) > 2.0  # the lost game gains nothing
     assert [i["bits"] for i in lost] == [i["bits"] for i in plain]  # the information figures are the game's, unchanged
-    won, won_d, _ = play(TQ, scenario, lambda c: optimal.reply(c[1:]), forfeit_on_failure=True)
+    won, won_d, _ = play(TQ, scenario, lambda c: optimal.reply(c[1:]), scoring="forfeit_losses")
     assert won[-1]["done_reason"] == "success" and idr_return(won_d) == pytest.approx(won_d[0])
 
 
-def test_forfeit_on_timeout_takes_back_the_bits_of_a_game_that_never_guesses():
+def test_scoring_forfeit_unsolved_takes_back_the_bits_of_a_game_that_never_guesses():
     scenario = load_scenarios(TQ, "test")[0]
     optimal = Player("optimal")
 
@@ -392,8 +401,8 @@ def test_forfeit_on_timeout_takes_back_the_bits_of_a_game_that_never_guesses():
         reply = optimal.reply(conversation[1:])
         return "Is it alive?" if reply.startswith("Guess") else reply
 
-    kept, kept_d, _ = play(TQ, scenario, never_guess, forfeit_on_failure=True)
-    gone, gone_d, _ = play(TQ, scenario, never_guess, forfeit_on_failure=True, forfeit_on_timeout=True)
+    kept, kept_d, _ = play(TQ, scenario, never_guess, scoring="forfeit_losses")
+    gone, gone_d, _ = play(TQ, scenario, never_guess, scoring="forfeit_unsolved")
     assert kept[-1]["done_reason"] == gone[-1]["done_reason"] == "timeout" and len(gone) == 7
     assert idr_return(kept_d) == pytest.approx(3.0)  # every bit of the pool of 8, the solve bonus missed
     assert idr_return(gone_d) == pytest.approx(0.0) and gone_d[-1] == gone_d[0]
@@ -402,15 +411,81 @@ def test_forfeit_on_timeout_takes_back_the_bits_of_a_game_that_never_guesses():
 
     # the pool of 8 is down to one candidate after 3 questions: the other 4 replies stall
     assert game_summary([{"done_reason": "timeout", "turns": gone}])["stalled_turns"] == 4.0
-    won, won_d, _ = play(TQ, scenario, lambda c: optimal.reply(c[1:]), forfeit_on_timeout=True)
+    won, won_d, _ = play(TQ, scenario, lambda c: optimal.reply(c[1:]), scoring="forfeit_unsolved")
     assert won[-1]["done_reason"] == "success" and idr_return(won_d) == pytest.approx(won_d[0])
-    with pytest.raises(ValueError, match="forfeit_on_timeout must be true or false"):
-        make_environment(TQ, forfeit_on_timeout="yes")
+    lost, lost_d, _ = play(TQ, scenario, lambda c: f"Guess: {next(n for n in _pool(c) if n != scenario.card['secret'])}",
+                           scoring="forfeit_unsolved")
+    assert lost[-1]["done_reason"] == "failure" and idr_return(lost_d) == pytest.approx(0.0)  # a loss forfeits too
+    with pytest.raises(ValueError, match="scoring must be one of bits, forfeit_losses, forfeit_unsolved, chance"):
+        make_environment(TQ, scoring="forfeit")
+
+
+SETTINGS = ("pool_size", "max_turns", "view", "show_turns_left", "scoring")
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ({"show_candidates": True}, {"view": "candidates"}),
+        ({"show_table": True}, {"view": "table"}),
+        ({"show_table": True, "show_candidates": True}, {"view": "table"}),
+        ({"show_table": False, "show_candidates": False}, {"view": "names"}),
+        ({"need": "bits"}, {"scoring": "bits"}),
+        ({"need": "chance", "forfeit_on_failure": False}, {"scoring": "chance"}),
+        ({"forfeit_on_failure": True}, {"scoring": "forfeit_losses"}),
+        ({"need": "bits", "forfeit_on_failure": True, "forfeit_on_timeout": True}, {"scoring": "forfeit_unsolved"}),
+        ({"forfeit_on_failure": False, "forfeit_on_timeout": False}, {"scoring": "bits"}),
+        ({"solve_bits": 1.0, "wrong_guesses_allowed": 0, "pool_seed": 0, "pool_size": 16}, {"pool_size": 16}),
+        ({"show_candidates": True, "forfeit_on_failure": True, "max_turns": 5, "show_turns_left": True},
+         {"view": "candidates", "scoring": "forfeit_losses", "max_turns": 5, "show_turns_left": True}),
+        ({"view": "state", "scoring": "chance"}, {"view": "state", "scoring": "chance"}),  # today's names: unchanged
+    ],
+)
+def test_older_option_names_map_to_the_five_settings(old, new):
+    from mapo.envs.base import environment_factory, evaluation_options, with_turn_cap
+    from mapo.envs.questioning.env import upgrade_options
+
+    given = dict(old)
+    assert upgrade_options(given) == new and given == old  # the caller's options are left as they were
+    for env in (make_environment(TQ, **old), environment_factory(TQ, old)(), make_environment(TS, **old)):
+        wanted = make_environment(TQ, **new)
+        assert {k: getattr(env, k) for k in SETTINGS} == {k: getattr(wanted, k) for k in SETTINGS}
+    assert evaluation_options(TQ, old) == new
+    assert with_turn_cap(TQ, {**old, "show_turns_left": True}, 3) == {**new, "show_turns_left": True, "max_turns": 3}
+
+
+@pytest.mark.parametrize(
+    "old, refusal",
+    [
+        ({"view": "table", "show_table": True}, "give `view` alone, without show_table / show_candidates"),
+        ({"view": "names", "show_candidates": False}, "give `view` alone"),
+        ({"scoring": "bits", "forfeit_on_failure": True}, "give `scoring` alone, without need / forfeit_on_"),
+        ({"scoring": "chance", "need": "chance"}, "give `scoring` alone"),
+        ({"forfeit_on_timeout": True}, "forfeit_on_timeout without forfeit_on_failure is no longer a scoring"),
+        ({"forfeit_on_failure": False, "forfeit_on_timeout": True}, "forfeit_on_timeout without forfeit_on_failure"),
+        ({"need": "chance", "forfeit_on_failure": True}, "need: chance takes no forfeits; use scoring: chance"),
+        ({"need": "chance", "forfeit_on_failure": True, "forfeit_on_timeout": True}, "need: chance takes no forfeits"),
+        ({"solve_bits": 2.0}, r"solve_bits is no longer a setting \(the game fixes it at 1.0\)"),
+        ({"wrong_guesses_allowed": 1}, r"wrong_guesses_allowed is no longer a setting \(the game fixes it at 0\)"),
+        ({"pool_seed": 3}, "pool_seed is no longer a setting .*a scenario's card may give pool_seed"),
+        ({"need": "hope"}, "scoring must be one of bits, forfeit_losses, forfeit_unsolved, chance, got 'hope'"),
+    ],
+)
+def test_older_option_names_that_name_no_setting_are_refused(old, refusal):
+    from mapo.envs.base import environment_factory, evaluation_options
+
+    with pytest.raises(ValueError, match=refusal):
+        make_environment(TQ, **old)
+    with pytest.raises(ValueError, match=refusal):
+        environment_factory(TS, old)
+    if "need" not in old or old["need"] != "hope":  # the mapping itself refuses (an unknown scoring: the game)
+        with pytest.raises(ValueError, match=refusal):
+            evaluation_options(TQ, old)
 
 
 def test_show_turns_left_states_the_budget_and_players_guess_on_the_last_reply():
     scenario = load_scenarios(TQ, "test")[0]
-    never_guess = make_environment(TQ, show_turns_left=True, show_candidates=True, max_turns=4)
+    never_guess = make_environment(TQ, show_turns_left=True, view="candidates", max_turns=4)
     opening = never_guess.reset(scenario)
     assert opening.endswith("\n4 replies left.")
     said = [never_guess.step("Is it alive?").user_message for _ in range(2)]

@@ -1,4 +1,4 @@
-"""The table in view (`show_table`), the informative player, and every reference player and a
+"""The table in view (`view: table`), the informative player, and every reference player and a
 policy on a case file of one's own (`--scenarios path.yaml[:split]`)."""
 
 from __future__ import annotations
@@ -38,11 +38,11 @@ def _table_lines(message, header_end):
 
 
 @pytest.mark.parametrize("env_name", [TQ, TS])
-def test_show_table_lists_what_is_true_of_each_candidate_left_and_changes_nothing_else(env_name):
+def test_view_table_lists_what_is_true_of_each_candidate_left_and_changes_nothing_else(env_name):
     scenario = load_scenarios(env_name, "test")[0]
     table = load_case_set(bundled_case_file(env_name)).table(scenario.card["table"])
     player = Player("optimal")
-    shown, shown_d, conversation = play(env_name, scenario, player.reply, show_table=True, show_turns_left=True)
+    shown, shown_d, conversation = play(env_name, scenario, player.reply, view="table", show_turns_left=True)
     plain, plain_d, _ = play(env_name, scenario, player.reply, show_turns_left=True)
     # the parser, the reward and the answers are the table's, unchanged
     assert [(i["kind"], i["bits"], i["attribute"]) for i in shown] == [(i["kind"], i["bits"], i["attribute"]) for i in plain]
@@ -69,7 +69,7 @@ def test_each_attribute_is_shown_by_the_phrase_its_question_says():
 def test_the_informative_player_asks_only_questions_that_split_and_sits_between_the_others():
     scenarios = load_scenarios(TQ, "test")
     for scenario in scenarios[:5]:
-        infos, _, _ = play(TQ, scenario, Player("informative", seed=2).reply, show_candidates=True)
+        infos, _, _ = play(TQ, scenario, Player("informative", seed=2).reply, view="candidates")
         assert infos[-1]["done_reason"] == "success"
         assert all(i["bits"] > 0 for i in infos if i["kind"] == "question")  # every question splits
     rows = play_players(TQ, "test", [Setting(8, 5)], pools=3, options={"show_turns_left": True})
@@ -85,12 +85,12 @@ def test_every_player_and_demonstrations_play_a_case_file_of_ones_own(tmp_path):
     source = f"{path}:test"
     for kind in ("optimal", "informative", "random"):
         for scenario in load_scenarios(TQ, source):
-            infos, _, _ = play(TQ, scenario, Player(kind, seed=1).reply, pool_size=5, show_table=True)
+            infos, _, _ = play(TQ, scenario, Player(kind, seed=1).reply, pool_size=5, view="table")
             assert {i["kind"] for i in infos} <= {"question", "guess_right", "guess_wrong"}
             if kind == "optimal":
                 assert infos[-1]["done_reason"] == "success"
     demos = tmp_path / "demos.jsonl"
-    counts = write_demos(TQ, "informative", 8, source, demos, {"pool_size": 5, "show_table": True})
+    counts = write_demos(TQ, "informative", 8, source, demos, {"pool_size": 5, "view": "table"})
     records = [json.loads(line) for line in demos.read_text().splitlines()]
     assert counts["written"] == 8 and "True of each" in records[0]["messages"][1]["content"]
     assert records[0]["meta"]["player"] == "player:informative"
@@ -119,7 +119,7 @@ def test_eval_on_a_case_file_plays_all_three_players_beside_a_policy(tmp_path):
     path = write_case_file(tmp_path / "vehicles.yaml")
     out = tmp_path / "players"
     result = CliRunner().invoke(app, ["eval", "--model", "player:optimal", "--env", TQ, "--scenarios", f"{path}:test",
-                                      "--env-option", "pool_size=5", "--env-option", "show_table=true", "--output", str(out)])
+                                      "--env-option", "pool_size=5", "--env-option", "view=table", "--output", str(out)])
     assert result.exit_code == 0, result.output
     text = flat(result.output)
     assert "player:optimal: success rate 100.0%" in text

@@ -49,8 +49,8 @@ that reuses their words without sense. It is *grounded* when grounding >= GROUND
   used turn after turn. The reply's levels of progress are those of its new sentences alone (never
   above the whole reply's), its negative levels the whole reply's, and a reply whose new part
   earns nothing gets A_neg -1 (the same routine again), as does any reply that asks a question
-  again, new matter beside it or not (a re-asked reply was still paid on its other axes, and MAPO
-  re-asked in 37 % of its replies at issue 59's seed 2).
+  again, new matter beside it or not (otherwise a re-asked reply is still paid on its other axes,
+  and re-asking stays cheap for a policy; docs/judge.md).
 - P_neg -2: moralising, blaming or guilt-tripping ("your own fault", "be grateful",
   "family comes first"). P_neg -1: pressure ("you need to", "you should", "just tell
   them").

@@ -415,8 +415,8 @@ DEEP_FEELINGS = frozenset(
 )
 
 # Idioms that carry a feeling word without naming the feeling: "(it's) a shame" means "a pity", not the
-# deep feeling shame above, which takes no article (issue 59's re-ask study: MAPO was paid A_prog 2 for
-# the idiom in 17 replies at seed 0, "it's a shame for a cousin to want to be pushed through").
+# deep feeling shame above, which takes no article; read literally, the idiom would pay A_prog 2 for
+# naming an unstated deep feeling (a trained policy collected it so: docs/judge.md).
 SHAME_IDIOM = re.compile(r"\b(a|such a)\s+((?:real|great|big|terrible|crying)\s+)?shame\b", re.IGNORECASE)
 
 
