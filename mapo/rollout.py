@@ -24,7 +24,7 @@ from typing import Any, Protocol, TypeVar
 from mapo.engines import ENGINE_CHOICES
 from mapo.engines.base import KVCache, RolloutEngine, Sample
 from mapo.engines.hf import HfEngine
-from mapo.engines.vllm_engine import VllmSpec
+from mapo.engines.vllm_setup import VllmSpec
 from mapo.envs.base import Environment, environment_system_prompt, reply_context
 from mapo.policy import Policy
 from mapo.types import Group, Scenario, Trajectory, Turn

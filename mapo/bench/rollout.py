@@ -93,7 +93,7 @@ def trainer_and_sampler_logprobs(
 
 def available_engines(policy: Policy) -> dict[str, str | None]:
     """Each engine other than hf, and why it cannot run here (None when it can)."""
-    from mapo.engines.vllm_engine import missing_requirement, supports
+    from mapo.engines.vllm_setup import missing_requirement, supports
 
     return {"vllm": missing_requirement() or supports(policy.model)}
 

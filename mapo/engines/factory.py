@@ -12,7 +12,8 @@ import logging
 from mapo.engines import ENGINE_CHOICES
 from mapo.engines.base import EngineError, RolloutEngine
 from mapo.engines.hf import HfEngine
-from mapo.engines.vllm_engine import VllmSpec, missing_requirement, open_engine, supports
+from mapo.engines.vllm_engine import open_engine
+from mapo.engines.vllm_setup import VllmSpec, missing_requirement, supports
 from mapo.policy import Policy
 
 log = logging.getLogger("mapo.engines")

