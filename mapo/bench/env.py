@@ -18,16 +18,13 @@ from __future__ import annotations
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from mapo.config import TrainConfig
 from mapo.engines.hf import HfEngine
 from mapo.envs.base import system_prompt_for
-
-if TYPE_CHECKING:
-    from mapo.envs.empathy.env import EmpathyEnvironment
 
 # Fixed policy replies (ours), cycled through every dialogue.
 REPLIES = (
@@ -102,10 +99,14 @@ def llm_roles(base_url: str, model: str) -> dict[str, Any]:
     }
 
 
-def _role_counts(env: EmpathyEnvironment) -> Counter[str]:
-    """LLM calls and fallbacks of the empathy environment's roles (offline roles count nothing)."""
+def _role_counts(env: Any) -> Counter[str]:
+    """LLM calls and fallbacks of the empathy environment's roles (offline roles and other
+    environments count nothing)."""
+    from mapo.envs.empathy.env import EmpathyEnvironment
+
     counts: Counter[str] = Counter()
-    for role in (env.judge, env.director, env.actor):
+    roles = (env.judge, env.director, env.actor) if isinstance(env, EmpathyEnvironment) else ()
+    for role in roles:
         role_counters = getattr(role, "counters", {})
         counts["llm_calls"] += role_counters.get("calls", 0)
         counts["fallbacks"] += role_counters.get("fallbacks", 0)
