@@ -12,6 +12,7 @@ held-out evaluation and the outside benchmarks.
     plan        the plan and its units, the named plans
     state       the ablation folder on disk (what is done, what to resume)
     runner      one unit (train, evaluate, benchmark), the base, the process pool
+    plateau     the plateau stopping rule (AblationPlan.stop): train in chunks, stop where held-out success levels off
     benchmarks  EQ-Bench v2 and EmoBench on a unit's policy, resumable
     stats       figures per run, evaluation and dialogue; mean ± std; paired differences with CIs
                 (the interval maths: mapo.intervals)
@@ -34,6 +35,7 @@ from mapo.ablate.plan import (
     quick_plan,
     unit_overrides,
 )
+from mapo.ablate.plateau import PlateauStop
 from mapo.ablate.report import write_outputs
 from mapo.ablate.runner import run_ablation, run_unit
 from mapo.ablate.state import check_plan, read_plan, run_dir, training_state
@@ -58,6 +60,7 @@ __all__ = [
     "BenchmarkBudget",
     "CurveBudget",
     "EvalBudget",
+    "PlateauStop",
     "Table",
     "Unit",
     "Variant",

@@ -1,7 +1,8 @@
 """The ablation's training curves (curves.png): mean per-turn reward and pre-clip gradient norm per
 step for every variant, mean ± std over its seeds, the training success rate where the
 environment reports one (the questioning game's `env_success_rate`), and the held-out success at
-each check where the plan has a held-out curve (AblationPlan.curve)."""
+each check where the plan has a held-out curve (AblationPlan.curve) or a plateau rule (AblationPlan.stop:
+its evaluations, mean over seeds with their range)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def curves(out: Path, plan: AblationPlan, heldout: dict[str, dict[int, float]] |
         entry = found.setdefault(unit.variant, {})
         for key in keys:
             entry.setdefault(key, []).append([float(m.get(key, float("nan"))) for m in rows])
-    checks = set(plan.curve.steps(plan.steps))
+    checks = set(plan.checked_steps())  # the curve's checks or the plateau rule's evaluations
     for unit in plan.units():
         points = (heldout or {}).get(unit.name) or {}
         if checks & set(points):  # a run from before the plan had a curve: a straight line, not drawn
@@ -43,9 +44,23 @@ PANELS = {"reward_mean": "mean per-turn reward", "grad_norm": "gradient norm bef
 PANEL_BOUNDS = {"grad_norm": (0.0, np.inf), SUCCESS: (0.0, 1.0), HELDOUT: (0.0, 100.0)}
 
 
-def plot_curves(series: dict[str, dict[str, list[list[float]]]], path: Path) -> Path | None:
+def stop_marks(plan: AblationPlan, heldout: dict[str, dict[int, float]], stopped: dict[str, tuple[int, str]],
+               ) -> dict[str, list[tuple[int, float]]]:
+    """{variant: [(step, held-out success %)]} where the plateau rule stopped each of its runs."""
+    marks: dict[str, list[tuple[int, float]]] = {}
+    for unit in plan.units():
+        step = stopped.get(unit.name, (None,))[0]
+        if step is not None and step in heldout.get(unit.name, {}):
+            marks.setdefault(unit.variant, []).append((step, heldout[unit.name][step]))
+    return marks
+
+
+def plot_curves(series: dict[str, dict[str, list[list[float]]]], path: Path, heldout_spread: str = "band",
+                stops: dict[str, list[tuple[int, float]]] | None = None) -> Path | None:
     """One figure, a panel per metric (mean reward, pre-clip gradient norm, training success where
-    logged) per step, mean ± std over seeds (mapo.report.plots.spread_band)."""
+    logged) per step, mean ± std over seeds (mapo.report.plots.spread_band); the held-out panel's
+    spread is `heldout_spread` ("range": the seeds' lowest to highest). `stops` (`stop_marks`) marks
+    where each run stopped: past a run's stop the mean and spread are those of the seeds still training."""
     if not series:
         return None
     keys = [k for k in PANELS if any(k in metrics for metrics in series.values())]
@@ -62,12 +77,14 @@ def plot_curves(series: dict[str, dict[str, list[list[float]]]], path: Path) -> 
             on_right = key == "reward_mean" and variant in absolute
             first = 0 if key == HELDOUT else 1  # the held-out curve starts at the base policy, step 0
             curve = Curve(f"{variant} (n={len(runs)})", runs, range(first, first + max(map(len, runs))),
-                          color=f"C{index}", dashed=variant in absolute, spread="band",
+                          color=f"C{index}", dashed=variant in absolute, spread=heldout_spread if key == HELDOUT else "band",
                           bounds=PANEL_BOUNDS.get(key, (-np.inf, np.inf)))
             line = draw(right if on_right else axes_left, curve)
             if key == "reward_mean":
                 handles.append(line)
-        axes_left.set_title(PANELS[key])
+            if key == HELDOUT and (marks := (stops or {}).get(variant)):
+                axes_left.plot(*zip(*marks), linestyle="", marker="x", markersize=7, color=line.get_color())
+        axes_left.set_title(PANELS[key] + (" (x: a run's stop)" if key == HELDOUT and stops else ""))
         step_axis(axes_left, "training step")
     if right is not None:
         panels[0].set_ylabel("IDR (solid)")

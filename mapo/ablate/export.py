@@ -27,7 +27,7 @@ from pathlib import Path
 
 from mapo.ablate.plan import AblationPlan, Unit
 from mapo.ablate.state import (EVAL, TRANSCRIPTS, curve_dir, eval_dir, read_eval, read_plan, run_dir, seed_base_name,
-                               training_state, unchecked_steps)
+                               unchecked_steps, unit_trained)
 from mapo.run_folder import METRICS
 
 EXPORT_MARK = "exported.json"  # at the export's root: where each share came from
@@ -69,7 +69,7 @@ def export_ablation(source: Path, target: Path) -> tuple[AblationPlan, list[str]
         plan = merged_plan(read_plan(target), plan)
     ready, left = [], []
     for unit in share.units():
-        if (training_state(run_dir(source, unit), plan.steps) != "done" or read_eval(eval_dir(source, unit.name)) is None
+        if (not unit_trained(source, share, unit) or read_eval(eval_dir(source, unit.name)) is None
                 or unchecked_steps(source, share, unit)):
             left.append(unit.name)
         else:

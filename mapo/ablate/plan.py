@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mapo.ablate.plateau import PlateauStop
 from mapo.ablate.variants import DEFAULT_VARIANTS, VARIANTS, Variant
 from mapo.registry import Registry, RegistryError
 
@@ -119,8 +120,9 @@ class CurveBudget:
 
 @dataclass
 class AblationPlan:
-    """What an ablation runs: variants x seeds, each `steps` of the common training settings, then the
-    held-out evaluation and, for the benchmark targets, the outside benchmarks. plan.json holds it."""
+    """What an ablation runs: variants x seeds, each `steps` of the common training settings (with
+    `stop`, at most `steps`: mapo.ablate.plateau), then the held-out evaluation and, for the benchmark
+    targets, the outside benchmarks. plan.json holds it."""
 
     __pydantic_config__ = {"extra": "forbid"}  # from_dict: a misspelt field is an error
     variants: list[str] = field(default_factory=lambda: list(DEFAULT_VARIANTS))
@@ -130,6 +132,7 @@ class AblationPlan:
     eval: EvalBudget = field(default_factory=EvalBudget)
     benchmarks: BenchmarkBudget = field(default_factory=BenchmarkBudget)
     curve: CurveBudget = field(default_factory=CurveBudget)  # held-out checks during training (off by default)
+    stop: PlateauStop = field(default_factory=PlateauStop)  # stop where held-out success levels off (off by default)
     name: str = "default"  # the registered plan it started from (PLANS)
 
     def __post_init__(self) -> None:
@@ -145,6 +148,12 @@ class AblationPlan:
             raise ValueError(f"duplicate seeds or variants in the plan: seeds {self.seeds}, variants {self.variants}")
         if self.steps < 1:
             raise ValueError(f"steps must be at least 1, got {self.steps}")
+        if self.stop.every and self.curve.every:  # both would write evals/<unit>/curve/step-N
+            raise ValueError("the plateau rule's evaluations are the held-out curve: set curve.every=0 with stop.every")
+
+    def checked_steps(self) -> list[int]:
+        """The steps inside a run evaluated held out: the curve's checks or the plateau rule's evaluations."""
+        return self.stop.steps(self.steps) if self.stop.every else self.curve.steps(self.steps)
 
     def units(self) -> list[Unit]:
         # seed-major: a study cut short has every variant at its first seeds, which is what pairs by seed
@@ -320,8 +329,8 @@ def named_plan(name: str) -> AblationPlan:
     return made
 
 
-# `--set eval.samples=1`, `--set benchmarks.limit=10`, `--set curve.every=5` change the plan
-PLAN_SECTIONS = ("eval", "benchmarks", "curve")
+# `--set eval.samples=1`, `--set benchmarks.limit=10`, `--set curve.every=5`, `--set stop.every=10` change the plan
+PLAN_SECTIONS = ("eval", "benchmarks", "curve", "stop")
 
 
 def _set_plan_field(data: dict[str, Any], assignment: str) -> None:
@@ -349,7 +358,7 @@ def plan_for(
 ) -> AblationPlan:
     """`mapo ablate`'s plan from its options: the named plan (PLANS) with the variants, the seeds
     (a number N: 0..N-1; a list: those seeds, e.g. the ones another machine runs), the steps and the benchmark data folder changed; `overrides` starting with
-    "eval.", "benchmarks." or "curve." set the plan's fields, the others are training settings for every run.
+    "eval.", "benchmarks.", "curve." or "stop." set the plan's fields, the others are training settings for every run.
 
     The benchmark folder is made absolute here, so plan.json names it wherever a resume runs."""
     data = named_plan(name).to_dict()

@@ -16,10 +16,11 @@ from typing import Any
 import numpy as np
 
 from mapo.ablate.benchmarks import BENCH_METRICS, read_bench_metrics
-from mapo.ablate.curves import curves, plot_curves
+from mapo.ablate.curves import curves, plot_curves, stop_marks
 from mapo.ablate.excerpts import EXCERPT_TURNS, excerpt_tables, pick_dialogues, shown_policies
 from mapo.ablate.plan import AblationPlan
-from mapo.ablate.state import curve_dir, eval_dir, read_eval, read_transcripts, run_metrics, seed_base_name
+from mapo.ablate.state import (curve_dir, eval_dir, read_eval, read_transcripts, run_metrics, seed_base_name,
+                               stop_point)
 from mapo.ablate.stats import (
     GAME_METRICS,
     HACKING_METRICS,
@@ -42,6 +43,7 @@ from mapo.ablate.stats import (
 )
 from mapo.ablate.tables import Table, dialogue_table, paired_table, summary_table
 
+STOP_METRICS = (("stop_step", "stopping step"),)
 PAIRED_TRAINING = tuple((k, t) for k, t in TRAINING_METRICS if k in ("reward_last", "reward_flatness", "truncated_pct"))
 SECONDS = (("train_seconds", "training (sum of step times)"), ("eval_seconds", "held-out eval"),
            ("bench_seconds", "benchmarks"))  # what sizing the plan to a time budget needs
@@ -60,6 +62,8 @@ class Measured:
     references: dict[str, Any] = dataclasses.field(default_factory=dict)  # reference players (the base eval's)
     # the held-out curve (AblationPlan.curve): per unit, {step: held-out success %}, step 0 the base's
     heldout: dict[str, dict[int, float]] = dataclasses.field(default_factory=dict)
+    # with a plateau rule (AblationPlan.stop): per stopped unit, (its stopping step, "plateau" or "cap")
+    stopped: dict[str, tuple[int, str]] = dataclasses.field(default_factory=dict)
 
     def per_unit(self) -> dict[str, dict[str, float | None]]:
         """Every figure of each unit in one mapping (what the by-seed pairing reads)."""
@@ -95,7 +99,7 @@ def measure(out: Path, plan: AblationPlan) -> Measured:
     start = _mean_start(found, plan)
     for name, steps in (steps_to_half(success, finals, plan.steps, variant_of, start) if start is not None else {}).items():
         found.training[name]["steps_to_half_gain"] = steps
-    if plan.curve.every:
+    if plan.checked_steps():
         _measure_curve(out, plan, found, start)
     return found
 
@@ -109,23 +113,29 @@ def _mean_start(found: Measured, plan: AblationPlan) -> float | None:
 def _measure_curve(out: Path, plan: AblationPlan, found: Measured, start: float | None) -> None:
     """The held-out curve of every evaluated unit, and for those whose checks up to it are all there
     (not a run trained before the plan had a curve) the first checked step at half the best gain
-    over `start` (`_mean_start`), into `found.heldout` and `found.training`."""
+    over `start` (`_mean_start`), into `found.heldout` and `found.training`; with a plateau rule,
+    where each unit stopped (`found.stopped`, and its step as the training figure `stop_step`)."""
     starts = seed_starts(found.evals, plan)
-    checks = plan.curve.steps(plan.steps)
+    checks = plan.checked_steps()
     for unit in plan.units():
+        if (stopped := stop_point(out, plan, unit)) is not None and unit.name in found.training:
+            found.stopped[unit.name] = stopped
+            found.training[unit.name][STOP_METRICS[0][0]] = stopped[0]
+        end = found.stopped.get(unit.name, (plan.steps,))[0]  # the final evaluation's step
         points = {step: 100.0 * result["summary"]["pass_rate"] for step in checks
-                  if (result := read_eval(curve_dir(out, unit.name, step))) is not None}
+                  if step <= end and (result := read_eval(curve_dir(out, unit.name, step))) is not None}
         final = found.evals.get(unit.name, {}).get("pass_rate")
         if not points and final is None:
             continue
         found.heldout[unit.name] = {**({0: starts[unit.seed]} if unit.seed in starts else {}), **points,
-                                    **({plan.steps: final} if final is not None else {})}
+                                    **({end: final} if final is not None else {})}
     variant_of = {u.name: u.variant for u in plan.units()}
     target = half_target({n: found.evals.get(n, {}).get("pass_rate") for n in variant_of}, variant_of, start or 0.0)
     if target is None or not checks:  # no check inside the run: nothing to time
         return
     for name, points in found.heldout.items():
-        if (first := heldout_steps_to(points, target, plan.steps, checks)) is not None:
+        end = found.stopped.get(name, (plan.steps,))[0]  # a stopped run has no checks after its stop
+        if (first := heldout_steps_to(points, target, plan.steps, [s for s in checks if s <= end])) is not None:
             found.training.setdefault(name, {})[HELDOUT_SPEED[0]] = first
 
 
@@ -160,6 +170,8 @@ def build_tables(plan: AblationPlan, measured: Measured, paired_with: Sequence[s
         "the token cap (a long-horizon budget keeps it under 20 %)."))
     if measured.heldout:
         tables.append(_curve_table(plan, measured))
+    if plan.stop.every:
+        tables.append(_stop_table(plan, measured))
     game = any(m.get("bits_per_question") is not None for m in measured.evals.values())
     speed = _speed_metrics(plan)
     if game:
@@ -208,32 +220,52 @@ def _paired_tables(plan: AblationPlan, measured: Measured, ref: str, game: bool,
 
 
 def _speed_metrics(plan: AblationPlan) -> tuple[tuple[str, str], ...]:
-    return (*SPEED_METRICS, HELDOUT_SPEED) if plan.curve.every else SPEED_METRICS
+    return (*SPEED_METRICS, HELDOUT_SPEED) if plan.checked_steps() else SPEED_METRICS
 
 
 def _curve_table(plan: AblationPlan, measured: Measured) -> Table:
     """Held-out success at every check (the base at step 0, the final evaluation at the last step)."""
-    checks = [0, *plan.curve.steps(plan.steps), plan.steps]
+    checks = [0, *plan.checked_steps(), *([] if plan.stop.every else [plan.steps])]
     metrics = [(f"step_{s}", f"step {s}") for s in checks]
     # step 0 is the start's evaluation: the base row alone carries it
     per_unit = {name: {f"step_{s}": v for s, v in points.items() if s > 0} for name, points in measured.heldout.items()}
     if "base" in measured.evals:
         for name in {"base", *(base_name(s, measured.evals) for s in plan.seeds)}:
             per_unit[name] = {"step_0": measured.evals[name].get("pass_rate")}
+    note = (f"Every {plan.curve.every} steps a run's checkpoint plays the held-out scenarios with {plan.curve.samples} "
+            f"dialogue(s) each; step 0 is the untrained policy and step {plan.steps} the final evaluation "
+            f"({plan.eval.samples} each; a run grown to more steps keeps its earlier final evaluation as that step's check).")
+    if plan.stop.every:
+        note = (f"Every {plan.stop.every} steps (and at step {plan.steps}) a run's checkpoint plays the held-out evaluation "
+                f"({plan.eval.samples} dialogue(s) a scenario) until the plateau rule stops it; step 0 is the untrained "
+                "policy; a stopped run has no figures after its stopping step.")
+    return summary_table("Held-out success (%) at each check: mean ± sample std over seeds",
+                         aggregate_rows(per_unit, plan, metrics), metrics, note)
+
+
+def _stop_table(plan: AblationPlan, measured: Measured) -> Table:
+    """Where the plateau rule stopped each run (AblationPlan.stop), and why."""
+    each = ", ".join(f"{name} at {step} ({why})" for name, (step, why) in measured.stopped.items()) or "none yet"
     return summary_table(
-        "Held-out success (%) at each check: mean ± sample std over seeds", aggregate_rows(per_unit, plan, metrics), metrics,
-        f"Every {plan.curve.every} steps a run's checkpoint plays the held-out scenarios with {plan.curve.samples} "
-        f"dialogue(s) each; step 0 is the untrained policy and step {plan.steps} the final evaluation "
-        f"({plan.eval.samples} each; a run grown to more steps keeps its earlier final evaluation as that step's check).")
+        "Stopping step (the plateau rule): mean ± sample std over seeds",
+        aggregate_rows(measured.training, plan, STOP_METRICS), STOP_METRICS,
+        f"Each run trained in chunks of {plan.stop.every} steps, its checkpoint evaluated held out after each, and "
+        f"stopped at the first evaluation where each of the last {plan.stop.patience} gained less than "
+        f"{plan.stop.min_gain:g} {plan.stop.metric} over the one before (a drop counts as no gain), or at {plan.steps} "
+        f"steps (the cap). Its final policy and evaluation, which the tables above compare, are those of its stopping "
+        f"step. Stopped: {each}.")
 
 
 def _plan_line(plan: AblationPlan) -> str:
-    line = (f"{plan.name} plan: {len(plan.variants)} variants x seeds {plan.seeds}, {plan.steps} steps per run; "
+    at_most = "at most " if plan.stop.every else ""
+    line = (f"{plan.name} plan: {len(plan.variants)} variants x seeds {plan.seeds}, {at_most}{plan.steps} steps per run; "
             f"training settings: {', '.join(plan.train)}; held-out eval: {json.dumps(dataclasses.asdict(plan.eval))}")
     if plan.benchmarks.targets:
         line += f"; benchmarks: {json.dumps(dataclasses.asdict(plan.benchmarks))}"
     if plan.curve.every:
         line += f"; held-out curve: every {plan.curve.every} steps, {plan.curve.samples} dialogue(s) per scenario"
+    if plan.stop.every:
+        line += f"; plateau rule: evaluated {plan.stop.describe()}"
     return line
 
 
@@ -250,7 +282,8 @@ def write_outputs(out: Path, plan: AblationPlan, paired_with: Sequence[str] = ()
     picked = pick_dialogues(measured.dialogues, plan)
     excerpts = excerpt_tables(picked, measured.transcripts, plan)
     missing = [u.name for u in plan.units() if u.name not in measured.evals]
-    png = plot_curves(curves(out, plan, measured.heldout), out / "curves.png")
+    png = plot_curves(curves(out, plan, measured.heldout), out / "curves.png",  # with a plateau rule: the seeds' range
+                      heldout_spread="range" if plan.stop.every else "band", stops=stop_marks(plan, measured.heldout, measured.stopped))
     (out / "ablation.json").write_text(json.dumps({
         "plan": plan.to_dict(),
         "rows": tables[0].data,

@@ -1,7 +1,9 @@
 """Running an ablation: one unit (train or resume, evaluate, benchmark), the untrained base, and
 the process pool that runs the units `jobs` at a time. A finished unit (final/ written, eval.json
 readable, its benchmarks' results complete) is skipped on a rerun; a run killed mid-way continues
-from its latest checkpoint through the trainer's resume; a unit missing only benchmarks runs them."""
+from its latest checkpoint through the trainer's resume; a unit missing only benchmarks runs them.
+With a plateau rule (AblationPlan.stop) a unit trains and is evaluated in chunks until it stops
+(mapo.ablate.plateau)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from typing import Any
 from mapo.ablate.benchmarks import load_items, pending, run_benchmarks
 from mapo.ablate.export import is_export
 from mapo.ablate.plan import AblationPlan, EvalBudget, Unit, unit_overrides
+from mapo.ablate.plateau import train_until_plateau
 from mapo.ablate.report import write_outputs
 from mapo.ablate.state import check_plan, curve_dir, eval_dir, last_logged_step, read_eval, run_dir, training_state
 
@@ -35,7 +38,8 @@ def run_unit(out: Path, plan: AblationPlan, unit: Unit | None, threads: int | No
     `unit=None` is the untrained base (evaluated and benchmarked).
 
     Returns what was done: "skipped", or its steps joined by "+" ("trained+evaluated+benchmarked",
-    "resumed+evaluated", "evaluated", "benchmarked", ...). Training now makes the eval and the
+    "resumed+evaluated", "evaluated", "benchmarked", ...; with a plateau rule, where the unit
+    stopped: "trained+evaluated+stopped at step 30 (plateau)"). Training now makes the eval and the
     benchmarks of an earlier final policy stale: they are run again.
     """
     from mapo.config import load_config
@@ -44,17 +48,23 @@ def run_unit(out: Path, plan: AblationPlan, unit: Unit | None, threads: int | No
 
     configure_threads(threads)
     name = unit.name if unit is not None else "base"
-    state = "done" if unit is None else training_state(run_dir(out, unit), plan.steps)
+    did: list[str] = []
+    plateau = unit is not None and plan.stop.every > 0
+    if plateau:  # trained and evaluated in chunks until it stops; its final evaluation is the stopping step's
+        did = train_until_plateau(out, plan, unit, unit_overrides(plan, unit, threads, extra),
+                                  lambda step: _evaluate_checkpoint(out, plan, unit, step, plan.eval, required=True),
+                                  show_progress)
+    state = "done" if unit is None or plateau else training_state(run_dir(out, unit), plan.steps)
     if unit is not None and state == "partial":
         _keep_final_eval_as_check(out, plan, unit)
-    benchmarks = list(plan.benchmarks.names) if state != "done" else pending(out, name, plan.benchmarks)
+    # trained now (`did`): the benchmarks of an earlier final policy are stale
+    benchmarks = list(plan.benchmarks.names) if state != "done" or did else pending(out, name, plan.benchmarks)
     benchmarks = benchmarks if plan.benchmarked(unit) else []
-    evaluate = state != "done" or read_eval(eval_dir(out, name)) is None
+    evaluate = not plateau and (state != "done" or read_eval(eval_dir(out, name)) is None)
     checks = [] if unit is None else [  # a resumed run's checkpoints up to its latest are the ones already checked
         s for s in plan.curve.steps(plan.steps) if state == "new" or read_eval(curve_dir(out, name, s)) is None]
-    if not evaluate and not benchmarks and not checks:
+    if not did and not evaluate and not benchmarks and not checks:
         return "skipped"
-    did = []
     if unit is not None and state == "new":
         train(load_config(None, unit_overrides(plan, unit, threads, extra)), output=run_dir(out, unit),
               show_progress=show_progress)
@@ -97,24 +107,30 @@ def _keep_final_eval_as_check(out: Path, plan: AblationPlan, unit: Unit) -> None
 def _held_out_curve(out: Path, plan: AblationPlan, unit: Unit, steps: Sequence[int]) -> int:
     """Evaluate the unit's kept checkpoints at `steps` with the curve's budget; returns how many were.
     A run trained before the plan had a curve has no such checkpoints: named, skipped."""
+    budget = dataclasses.replace(plan.eval, samples=plan.curve.samples)
+    return sum(_evaluate_checkpoint(out, plan, unit, step, budget) for step in steps)
+
+
+def _evaluate_checkpoint(out: Path, plan: AblationPlan, unit: Unit, step: int, budget: EvalBudget,
+                         required: bool = False) -> bool:
+    """Evaluate the unit's checkpoint at `step` held out with `budget` into its curve folder; False
+    when the run kept none there (an error if `required`)."""
     from mapo.config import load_config
     from mapo.evaluate.checkpoints import load_eval_policy
     from mapo.evaluate.runner import run_eval
     from mapo.run_folder import RunFolder
 
     run = RunFolder(run_dir(out, unit))
+    checkpoint = run.checkpoint_dir(step)
+    if not checkpoint.is_dir():
+        if required:
+            raise FileNotFoundError(f"{unit.name}: no checkpoint of step {step} in {run.path} to evaluate")
+        logging.getLogger(__name__).warning("%s: no checkpoint of step %d to put on the held-out curve", unit.name, step)
+        return False
     system_prompt = load_config(run.path / "config.yaml").rollout.system_prompt
-    spec = eval_spec(dataclasses.replace(plan.eval, samples=plan.curve.samples), system_prompt)
-    done = 0
-    for step in steps:
-        checkpoint = run.checkpoint_dir(step)
-        if not checkpoint.is_dir():
-            logging.getLogger(__name__).warning("%s: no checkpoint of step %d to put on the held-out curve", unit.name, step)
-            continue
-        policy, _ = load_eval_policy(str(checkpoint))
-        run_eval(policy, spec, curve_dir(out, unit.name, step), f"{unit.name} step {step}")
-        done += 1
-    return done
+    policy, _ = load_eval_policy(str(checkpoint))
+    run_eval(policy, eval_spec(budget, system_prompt), curve_dir(out, unit.name, step), f"{unit.name} step {step}")
+    return True
 
 
 def _policy_to_test(out: Path, plan: AblationPlan, unit: Unit | None, extra: Sequence[str]) -> tuple[Any, str | None]:

@@ -8,6 +8,8 @@ and the plan.json that makes a rerun resume the same plan.
     <out>/evals/base-s<seed>/         an export's: the start of that seed's runs, where it is not evals/base
                                       (a share of the study run from another warm start)
     <out>/evals/<unit>/bench/<name>/  the outside benchmark <name> on that policy (mapo bench's results folder)
+    <out>/evals/<unit>/curve/step-N/  the held-out check of the run's checkpoint at step N (AblationPlan.curve,
+                                      or the evaluations of the plateau rule, AblationPlan.stop)
     <out>/logs/<unit>.log             a unit's output when run in a worker process
 """
 
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mapo.ablate.plan import AblationPlan, Unit
+from mapo.ablate.plateau import metric_value, stopping_point
 from mapo.run_folder import read_metrics
 from mapo.validation import compressed_or_plain, intact_records, text_of
 
@@ -58,6 +61,35 @@ def training_state(path: Path, steps: int) -> str:
     if (path / "final").is_dir() and last_logged_step(path) >= steps:
         return "done"
     return "partial"
+
+
+def plateau_values(out: Path, plan: AblationPlan, unit: Unit) -> list[float]:
+    """The plateau rule's figure (AblationPlan.stop) of each of the unit's held-out evaluations so far,
+    in step order up to the first one missing."""
+    values = []
+    for step in plan.stop.steps(plan.steps):
+        if (result := read_eval(curve_dir(out, unit.name, step))) is None:
+            break
+        values.append(metric_value(result, plan.stop.metric))
+    return values
+
+
+def stop_point(out: Path, plan: AblationPlan, unit: Unit) -> tuple[int, str] | None:
+    """With a plateau rule, (the step the unit stopped at, "plateau" or "cap"); None while it trains
+    on, or without a rule."""
+    return stopping_point(plateau_values(out, plan, unit), plan.stop, plan.steps) if plan.stop.every else None
+
+
+def final_step(out: Path, plan: AblationPlan, unit: Unit) -> int:
+    """The step the unit's run ends at: the plan's steps, or with a plateau rule the step it stopped
+    at (the plan's steps while it trains on)."""
+    stopped = stop_point(out, plan, unit)
+    return stopped[0] if stopped else plan.steps
+
+
+def unit_trained(out: Path, plan: AblationPlan, unit: Unit) -> bool:
+    """Whether the unit's run has its final weights: after all its steps, or where it stopped."""
+    return training_state(run_dir(out, unit), final_step(out, plan, unit)) == "done"
 
 
 def unchecked_steps(out: Path, plan: AblationPlan, unit: Unit) -> list[int]:
@@ -163,10 +195,11 @@ def read_plan(out: Path) -> AblationPlan:
 
 
 def run_metrics(out: Path, plan: AblationPlan) -> dict[Unit, list[dict[str, Any]]]:
-    """Each finished unit's metrics.jsonl rows, in step order. A run still training is left out:
-    the first steps of a seed being grown would skew every mean over seeds (tables and curves)."""
+    """Each finished unit's metrics.jsonl rows, in step order (a unit the plateau rule stopped: up to
+    its stopping step). A run still training is left out: the first steps of a seed being grown would
+    skew every mean over seeds (tables and curves)."""
     return {
         unit: sorted(read_metrics(run_dir(out, unit)), key=lambda m: m["step"])
         for unit in plan.units()
-        if training_state(run_dir(out, unit), plan.steps) == "done"
+        if unit_trained(out, plan, unit)
     }

@@ -62,9 +62,12 @@ def ablate(
     and the untrained base on held-out scenarios (and the plan's outside benchmarks); write the tables
     with paired 95 % confidence intervals, the training curves and transcript excerpts.
 
-    --set applies to every training run; `eval.FIELD=`, `benchmarks.FIELD=` and `curve.FIELD=` change
-    the plan's held-out evaluation, benchmarks and held-out curve (e.g. --set benchmarks.limit=10,
-    --set curve.every=5: every 5 steps a checkpoint is kept and evaluated held-out)."""
+    --set applies to every training run; `eval.FIELD=`, `benchmarks.FIELD=`, `curve.FIELD=` and
+    `stop.FIELD=` change the plan's held-out evaluation, benchmarks, held-out curve and plateau rule
+    (e.g. --set benchmarks.limit=10; --set curve.every=5: every 5 steps a checkpoint is kept and
+    evaluated held-out; --set stop.every=10 --steps 200: every 10 steps a run is evaluated held out
+    with the plan's evaluation and stopped once 3 evaluations in a row gained less than 2 points
+    each (stop.patience, stop.min_gain), at most at step 200)."""
     from mapo.ablate import plan_for, read_plan, run_ablation, write_outputs
     from mapo.ablate.runner import AblationStopped, sigterm_stops_the_ablation
     from mapo.run_folder import new_run_dir
@@ -99,7 +102,7 @@ def ablate(
             md = write_outputs(folder, plan, paired_with or ())
         else:
             typer.echo(f"Ablation ({plan.name} plan): {len(plan.units())} runs ({', '.join(plan.variants)} x seeds {plan.seeds}) "
-                       f"+ base; {plan.steps} steps each; folder {folder}")
+                       f"+ base; {'at most ' if plan.stop.every else ''}{plan.steps} steps each; folder {folder}")
             with sigterm_stops_the_ablation():
                 md = run_ablation(plan, folder, jobs=jobs, on_done=lambda name, did: typer.echo(f"  {name}: {did}"))
     except (ValueError, FileNotFoundError) as err:

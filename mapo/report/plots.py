@@ -4,7 +4,7 @@ curves.png (mapo.ablate.curves).
 
 A `Curve` is one line: the mean over its runs (seeds) of a per-step series, joined across the
 steps where no run has a value (a held-out check every few steps, a run that ended early),
-with the runs' spread drawn as thin lines or as a mean ± std band. Matplotlib (Agg) is
+with the runs' spread drawn as thin lines, as a mean ± std band or as their range. Matplotlib (Agg) is
 imported on first use, so reading metrics never needs it.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-SPREADS = ("", "lines", "band")
+SPREADS = ("", "lines", "band", "range")
 MARKERS_BELOW = 30  # points: fewer are drawn as dots on the line, so a short run's steps show
 
 
@@ -33,7 +33,7 @@ class Curve:
     steps: Sequence[float] | None = None  # x of series index 0, 1, ...; default 1, 2, ...
     color: str | None = None  # a matplotlib colour ("C3"); None: the axes' next
     dashed: bool = False
-    spread: str = ""  # "": the mean alone; "lines": each run thin behind it; "band": mean ± sample std
+    spread: str = ""  # "": the mean alone; "lines": each run thin behind it; "band": mean ± sample std; "range": min to max
     bounds: tuple[float, float] = (-math.inf, math.inf)  # the band stops at the metric's range (a rate, a norm)
     width: float = 1.6
 
@@ -80,8 +80,11 @@ def draw(axes: Any, curve: Curve) -> Any:
     marker = "o" if shown.sum() < MARKERS_BELOW else None
     (line,) = axes.plot(steps[shown], mean[shown], marker=marker, markersize=3, linewidth=curve.width,
                         label=curve.label, **style)
-    if curve.spread == "band" and several:
-        low, high = spread_band(stack[:, shown], mean[shown], curve.bounds)
+    if curve.spread in ("band", "range") and several:
+        if curve.spread == "band":
+            low, high = spread_band(stack[:, shown], mean[shown], curve.bounds)
+        else:
+            low, high = np.nanmin(stack[:, shown], axis=0), np.nanmax(stack[:, shown], axis=0)
         axes.fill_between(steps[shown], low, high, color=line.get_color(), alpha=0.15)
     axes.ticklabel_format(axis="y", useOffset=False)  # "+1.0789e1" offsets hide the actual values
     return line
