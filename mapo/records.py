@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from mapo.core.types import Group, Nested, Turn
 from mapo.degeneracy import HACKING_HIGHER_IS_BETTER, HACKING_LABELS, dialogue_hacking_metrics
-from mapo.types import Group, Nested, Turn
 
 # Metrics that measure the machine, not the learning: two runs of the same config differ in them.
 RUNTIME_KEYS = (

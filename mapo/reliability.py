@@ -24,7 +24,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from mapo.types import Group
+from mapo.core.types import Group
 
 ROLES = ("judge", "director")
 PAUSE_IN_CHECKPOINT = "MAPO_TEST_PAUSE_IN_CHECKPOINT"

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mapo.advantages import ESTIMATORS, compute_batch, compute_group, register_estimator, returns
+from mapo.core.advantages import ESTIMATORS, compute_batch, compute_group, register_estimator, returns
 
 EPS = 1e-6
 NAMES = ("mapo", "mapo_ragged", "mapo_state", "turn", "batch", "grpo", "reinforce_pp", "rloo")
@@ -184,7 +184,7 @@ def test_registry_accepts_new_estimator_and_refuses_a_clash():
 
     @register_estimator("zeros_for_test")
     def zeros(groups, params):
-        from mapo.advantages import EstimatorOutput
+        from mapo.core.advantages import EstimatorOutput
 
         return EstimatorOutput([g.rewards * 0 for g in groups], [g.mask for g in groups])
 

@@ -1,4 +1,4 @@
-"""`mapo_state` (mapo.advantage_state): the state-keyed turn baseline against hand-computed numbers,
+"""`mapo_state` (mapo.core.advantage_state): the state-keyed turn baseline against hand-computed numbers,
 its fall-backs to mapo_ragged, the keys' path from turn.info, and the logged share."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mapo.advantages import AdvantageSpec, compute_advantages, compute_batch, compute_group, get_estimator, pad_group
+from mapo.core.advantages import AdvantageSpec, compute_advantages, compute_batch, compute_group, get_estimator, pad_group
+from mapo.core.types import Group, Trajectory, Turn
 from mapo.records import rollout_metrics
-from mapo.types import Group, Trajectory, Turn
 
 EPS = 1e-6
 

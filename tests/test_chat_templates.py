@@ -17,12 +17,12 @@ from tiny_policy import ToyEnvironment, tiny_policy, toy_scenarios
 
 from mapo.chat_template import ChatTemplateError, load_template
 from mapo.config import OptimSpec
+from mapo.core.losses import LossSpec, check_reply_ids, packed_sequence
+from mapo.core.rollout import RolloutSpec, rollout
+from mapo.core.update import update
 from mapo.engines.hf import HfEngine
-from mapo.losses import LossSpec, check_reply_ids, packed_sequence
 from mapo.model_source import LoraSpec, PolicySpec
 from mapo.policy import load_policy
-from mapo.rollout import RolloutSpec, rollout
-from mapo.update import update
 
 # family -> (policy.chat_template, expected end-of-turn token, system prompt folded into the first user turn)
 EXPECTED = {

@@ -45,8 +45,8 @@ def test_an_unknown_dtype_is_refused():
 def test_a_static_cache_rollout_records_the_training_forwards_logprobs():
     from tiny_policy import ToyEnvironment, tiny_policy, toy_scenarios
 
-    from mapo.losses import collate, packed_sequence
-    from mapo.rollout import RolloutSpec, rollout
+    from mapo.core.losses import collate, packed_sequence
+    from mapo.core.rollout import RolloutSpec, rollout
 
     policy = tiny_policy(lora=True)
     policy.static_cache = True

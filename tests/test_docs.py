@@ -53,7 +53,7 @@ def test_verl_doc_adds_with_plus_only_keys_the_example_does_not_set():
 
 def test_methods_doc_says_checkpoints_keep_the_ema_teacher():
     text = " ".join((ROOT / "docs" / "methods.md").read_text(encoding="utf-8").split())
-    assert "Checkpoints keep the EMA teacher" in text  # mapo.trainer saves Rapo.state_dict() (test_methods_train)
+    assert "Checkpoints keep the EMA teacher" in text  # mapo.core.trainer saves Rapo.state_dict() (test_methods_train)
     assert "restarted from the current weights when a run is resumed" not in text
 
 

@@ -9,8 +9,8 @@ import sys
 
 from fixture_paths import REPO
 
-from mapo.advantages import ESTIMATORS
-from mapo.rewards import REWARD_KINDS
+from mapo.core.advantages import ESTIMATORS
+from mapo.core.rewards import REWARD_KINDS
 
 DOC = REPO / "docs" / "extending.md"
 BLOCK = re.compile(r"```(python|yaml)\n(.*?)```", re.DOTALL)

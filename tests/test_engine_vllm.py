@@ -250,9 +250,9 @@ def test_a_vllm_fault_mid_rollout_stops_at_the_checkpoint_and_resume_reproduces_
     fault and the checkpoint of step 1, and `--resume` finishes it exactly as an uninterrupted run."""
     import mapo.engines.vllm_engine as vllm_engine
     from mapo.config import load_config
+    from mapo.core.trainer import train
     from mapo.reliability import TrainingStopped
     from mapo.run_folder import RunFolder
-    from mapo.trainer import train
     from tests.test_reliability import _assert_same_run
 
     import tiny_policy  # noqa: F401  (registers toy-test)

@@ -173,7 +173,7 @@ def test_merged_weights_are_the_plain_model_with_each_lora_delta_added():
 
 
 def _sequences(policy, seed: int = 0):
-    from mapo.losses import TrainSequence
+    from mapo.core.losses import TrainSequence
 
     torch.manual_seed(seed)
     out = []
@@ -188,8 +188,8 @@ def _sequences(policy, seed: int = 0):
 
 def test_corrected_loss_equals_the_plain_loss_when_behaviour_is_old():
     """The hf engine's samples: importance weighting changes neither the loss nor its gradient."""
-    from mapo.losses import LossSpec, collate
-    from mapo.update import batch_loss
+    from mapo.core.losses import LossSpec, collate
+    from mapo.core.update import batch_loss
 
     policy = tiny_policy(lora=True)
     batch = collate(_sequences(policy), policy.pad_id)
@@ -211,8 +211,8 @@ def test_corrected_loss_equals_the_plain_loss_when_behaviour_is_old():
 
 def test_corrected_loss_weights_each_token():
     """A behaviour policy that gave a token half the old probability doubles (caps) its weight."""
-    from mapo.losses import LossSpec, collate
-    from mapo.update import batch_loss
+    from mapo.core.losses import LossSpec, collate
+    from mapo.core.update import batch_loss
 
     policy = tiny_policy(lora=True)
     sequences = _sequences(policy)
@@ -229,8 +229,8 @@ def test_corrected_loss_weights_each_token():
 
 def test_update_with_several_optimizer_steps_takes_pi_old_from_a_first_pass():
     from mapo.config import OptimSpec
-    from mapo.losses import LossSpec
-    from mapo.update import make_optimizer, update, with_trainer_logprobs
+    from mapo.core.losses import LossSpec
+    from mapo.core.update import make_optimizer, update, with_trainer_logprobs
 
     policy = tiny_policy(lora=True)
     sequences = _sequences(policy)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import mapo
+from mapo.core.types import Scenario
 from mapo.envs.base import (
     ENVIRONMENTS,
     Environment,
@@ -24,7 +25,6 @@ from mapo.envs.base import (
     transcript_keys_for,
     with_turn_cap,
 )
-from mapo.types import Scenario
 
 PACKAGE = Path(mapo.__file__).parent
 # an attribute looked up by name on something that may be an environment or its factory

@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from mapo.config import OptimSpec
+from mapo.core.losses import LossSpec, TrainSequence
+from mapo.core.update import update
 from mapo.engines.hf import HfEngine
-from mapo.losses import LossSpec, TrainSequence
 from mapo.model_source import LoraSpec, PolicySpec
 from mapo.policy import load_policy
-from mapo.update import update
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

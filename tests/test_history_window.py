@@ -10,9 +10,9 @@ import pytest
 import torch
 from tiny_policy import tiny_policy
 
+from mapo.core.losses import check_reply_ids, packed_sequence, training_sequences
+from mapo.core.rollout import RolloutSpec, rollout
 from mapo.envs.base import environment_factory, load_scenarios, make_environment
-from mapo.losses import check_reply_ids, packed_sequence, training_sequences
-from mapo.rollout import RolloutSpec, rollout
 
 TQ = "twenty-questions"
 STATE = {"view": "state", "max_turns": 3, "show_turns_left": True}

@@ -1,7 +1,7 @@
-"""mapo.losses: packing, masking, the clipped surrogate and its token-mean normalisation.
+"""mapo.core.losses: packing, masking, the clipped surrogate and its token-mean normalisation.
 
 `policy_loss` is tested on tensors alone; the tests with a model go through the update's
-forward pass (`mapo.update.batch_loss`)."""
+forward pass (`mapo.core.update.batch_loss`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 from tiny_policy import ToyEnvironment, tiny_policy, toy_scenarios
 
-from mapo.losses import (
+from mapo.core.losses import (
     LossSpec,
     TrainSequence,
     clipped_surrogate,
@@ -21,8 +21,8 @@ from mapo.losses import (
     per_turn_sequences,
     policy_loss,
 )
-from mapo.rollout import RolloutSpec, rollout
-from mapo.update import batch_loss
+from mapo.core.rollout import RolloutSpec, rollout
+from mapo.core.update import batch_loss
 
 
 @pytest.fixture(scope="module")

@@ -16,12 +16,12 @@ import torch
 from tiny_policy import tiny_policy
 
 from mapo.config import load_config
+from mapo.core.losses import LossSpec, TrainSequence, collate
+from mapo.core.update import batch_loss
 from mapo.engines.hf import HfEngine
-from mapo.losses import LossSpec, TrainSequence, collate
 from mapo.methods.base import TrainingMethod
 from mapo.nucleus import nucleus_mask
 from mapo.run_folder import RunFolder
-from mapo.update import batch_loss
 
 TINY_RUN = [
     "env.name=empathy", "policy.model=tiny", "policy.lora.r=4", "threads=1", "steps=1",
@@ -123,11 +123,11 @@ class _HotterSampling(TrainingMethod):
 def test_the_update_uses_the_distribution_the_rollout_sampled_from(tmp_path, monkeypatch):
     """A method changes the rollout's temperature and top_p: the update's pi_old and the auxiliary
     loss use the rollout spec's values, not config.rollout's, so behaviour and pi_old agree."""
-    import mapo.trainer
-    from mapo.trainer import train
+    import mapo.core.trainer
+    from mapo.core.trainer import train
 
     method = _HotterSampling()
-    monkeypatch.setattr(mapo.trainer, "attached_methods", lambda config: [method])
+    monkeypatch.setattr(mapo.core.trainer, "attached_methods", lambda config: [method])
     run = train(load_config(None, TINY_RUN), output=tmp_path / "run", show_progress=False).run_dir
     (metrics,) = RunFolder(run).read_metrics()
     assert method.aux_temperatures == [1.6]
@@ -139,7 +139,7 @@ def test_the_update_uses_the_distribution_the_rollout_sampled_from(tmp_path, mon
 def test_the_hf_engine_is_corrected_and_logged_like_any_engine(tmp_path):
     """The hf engine's log-probs come from `generate` (KV cache, padding; bf16 on a GPU): the
     trainer takes pi_old from its own forward pass and logs the tis_* figures for it too."""
-    from mapo.trainer import train
+    from mapo.core.trainer import train
 
     run = train(load_config(None, TINY_RUN), output=tmp_path / "run", show_progress=False).run_dir
     (metrics,) = RunFolder(run).read_metrics()

@@ -1,4 +1,4 @@
-"""The Python API: `mapo.train` (the docstring's example) and one `mapo.step.train_step` on its
+"""The Python API: `mapo.train` (the docstring's example) and one `mapo.core.step.train_step` on its
 own, both on the tiny test model and the toy environment, a few seconds each."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from tiny_policy import ToyEnvironment, tiny_policy, toy_scenarios  # importing 
 
 import mapo
 from mapo.config import load_config
-from mapo.rollout import rollout
+from mapo.core.rollout import rollout
+from mapo.core.step import advantages_of, score, train_step, training_batch
+from mapo.core.update import make_optimizer
 from mapo.run_folder import RunFolder
-from mapo.step import advantages_of, score, train_step, training_batch
-from mapo.update import make_optimizer
 
 TINY = [
     "env.name=toy-test", "env.options.end_early=false", "policy.model=tiny", "policy.lora.r=4", "threads=1",

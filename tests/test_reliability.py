@@ -21,14 +21,17 @@ import torch
 from tiny_policy import SIGTERM_IN_UPDATE, ToyEnvironment, tiny_policy, toy_scenarios
 from typer.testing import CliRunner
 
-from mapo.advantages import AdvantageSpec, compute_advantages
 from mapo.backends.endpoint import BackendUnavailable, ChatBackendConfig
 from mapo.backends.openai_compat import ChatBackend
 from mapo.cli import app
 from mapo.config import TrainConfig, load_config
-from mapo.losses import LossSpec, packed_sequence
-from mapo.rollout import RolloutSpec, rollout
-from mapo.rewards import fill_rewards
+from mapo.core.advantages import AdvantageSpec, compute_advantages
+from mapo.core.losses import LossSpec, packed_sequence
+from mapo.core.rewards import fill_rewards
+from mapo.core.rollout import RolloutSpec, rollout
+from mapo.core.trainer import train
+from mapo.core.update import update
+from mapo.records import RUNTIME_KEYS
 from mapo.run_folder import RunFolder
 from mapo.testing.fault_proxy import (
     CONTENT_FAULTS,
@@ -37,9 +40,6 @@ from mapo.testing.fault_proxy import (
     FaultProxy,
 )
 from mapo.testing.judge_server import JudgeServer
-from mapo.records import RUNTIME_KEYS
-from mapo.trainer import train
-from mapo.update import update
 from mapo.validation import intact_records
 
 TINY = [

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mapo.advantages import returns
-from mapo.rewards import REWARD_KINDS, rewards_from_distances
+from mapo.core.advantages import returns
+from mapo.core.rewards import REWARD_KINDS, rewards_from_distances
 
 
 # ---------------------------------------------------------------- rewards from distances

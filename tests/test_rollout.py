@@ -1,4 +1,4 @@
-"""mapo.rollout: batched multi-turn sampling with the sampled ids kept end to end."""
+"""mapo.core.rollout: batched multi-turn sampling with the sampled ids kept end to end."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import pytest
 import torch
 from tiny_policy import ToyEnvironment, tiny_policy, toy_scenarios
 
+from mapo.core.losses import check_reply_ids, packed_sequence
+from mapo.core.rewards import rewards_from_distances
+from mapo.core.rollout import RolloutSpec, rollout
+from mapo.core.types import Scenario
 from mapo.envs.base import StepResult
-from mapo.losses import check_reply_ids, packed_sequence
-from mapo.rewards import rewards_from_distances
-from mapo.rollout import RolloutSpec, rollout
-from mapo.types import Scenario
 
 
 @pytest.fixture(scope="module")

@@ -19,19 +19,19 @@ from typer.testing import CliRunner
 from mapo.chat_template import render
 from mapo.cli import app
 from mapo.config import load_config
+from mapo.core.losses import packed_sequence
+from mapo.core.rollout import RolloutSpec, rollout
+from mapo.core.trainer import train
+from mapo.core.types import Scenario
 from mapo.engines.base import Sample
 from mapo.envs.base import StepResult
 from mapo.evaluate.checkpoints import resolve_model
-from mapo.losses import packed_sequence
 from mapo.model_source import LoraSpec, PolicySpec
 from mapo.policy import load_policy
-from mapo.rollout import RolloutSpec, rollout
 from mapo.run_folder import RunFolder
 from mapo.sft.data import Example, SftDataError, read_dialogues
 from mapo.sft.tokens import dialogue_trajectory, reply_ids, training_sequence
 from mapo.sft.trainer import SftTrainer, lr_factor, run_sft
-from mapo.trainer import train
-from mapo.types import Scenario
 
 DATA = Path(__file__).parent / "fixtures" / "sft" / "dialogues.jsonl"
 TINY = [

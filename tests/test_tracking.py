@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from mapo.cli import app
 from mapo.config import ConfigError, load_config
+from mapo.core.trainer import train
 from mapo.run_folder import RunFolder
-from mapo.trainer import train
 
 TINY = [
     "policy.model=tiny",

@@ -1,4 +1,4 @@
-"""mapo.trainer, mapo.config and `mapo train`: updates, run folders, resume, config errors."""
+"""mapo.core.trainer, mapo.config and `mapo train`: updates, run folders, resume, config errors."""
 
 from __future__ import annotations
 
@@ -19,13 +19,13 @@ from typer.testing import CliRunner
 
 from mapo.cli import app
 from mapo.config import ConfigError, TrainConfig, config_dict, default_config_path, load_config
-from mapo.losses import LossSpec, collate, packed_sequence
-from mapo.rollout import RolloutSpec, rollout
-from mapo.run_folder import RunFolder
-from mapo.types import Group, Trajectory, Turn
+from mapo.core.losses import LossSpec, collate, packed_sequence
+from mapo.core.rollout import RolloutSpec, rollout
+from mapo.core.trainer import train
+from mapo.core.types import Group, Trajectory, Turn
+from mapo.core.update import micro_batches, update
 from mapo.records import RUNTIME_KEYS, rollout_metrics
-from mapo.trainer import train
-from mapo.update import micro_batches, update
+from mapo.run_folder import RunFolder
 
 ENV = "empathy"
 TINY = [
@@ -83,7 +83,7 @@ def test_a_non_finite_update_is_skipped_and_never_written():
 
 
 def test_micro_batches_respect_the_token_budget():
-    from mapo.losses import TrainSequence
+    from mapo.core.losses import TrainSequence
 
     seqs = [TrainSequence([0] * n, [True] * n, [0.0] * n, [0.0] * n) for n in (10, 12, 30, 5)]
     assert [len(c) for c in micro_batches(seqs, 24)] == [2, 1, 1]
@@ -103,7 +103,7 @@ def test_minibatches_and_epochs_take_that_many_optimizer_steps():
 
 
 def test_the_first_optimizer_step_under_bf16_has_a_ratio_of_exactly_one():
-    from mapo.update import batch_loss, with_trainer_logprobs
+    from mapo.core.update import batch_loss, with_trainer_logprobs
 
     policy = tiny_policy(lora=True, dtype="bf16-mixed")
     traj = _one_trajectory(policy)
@@ -125,11 +125,11 @@ def test_a_bf16_run_takes_pi_old_from_its_own_forward_and_says_how_it_computes(t
     import logging
 
     overrides = [*TINY, "steps=1", "policy.dtype=bf16-mixed", "rollout.engine=hf"]
-    with caplog.at_level(logging.INFO, logger="mapo.trainer"):
+    with caplog.at_level(logging.INFO, logger="mapo.core.trainer"):
         train(load_config(None, overrides), output=tmp_path / "run", show_progress=False)
     (metrics,) = RunFolder(tmp_path / "run").read_metrics()
     assert metrics["ratio_mean"] == 1.0 and metrics["kl_old"] == 0.0 and "tis_kl_behaviour_old" in metrics
-    lines = [r.getMessage() for r in caplog.records if r.name == "mapo.trainer"][:3]
+    lines = [r.getMessage() for r in caplog.records if r.name == "mapo.core.trainer"][:3]
     assert lines[0].startswith("torch threads: 1, threads: 1 as configured")
     assert lines[1].startswith("policy precision: bfloat16 autocast over float32 weights")
     assert lines[2].startswith("rollout engine: hf")

@@ -12,12 +12,12 @@ import signal
 import threading
 import time
 
-from mapo.advantages import get_estimator
+from mapo.core.advantages import get_estimator
+from mapo.core.types import Scenario
 from mapo.envs.base import ENVIRONMENTS, Environment, StepResult, register_environment
 from mapo.envs.empathy.cards import card_scenarios
 from mapo.model_source import LoraSpec, PolicySpec
 from mapo.policy import Policy, load_policy
-from mapo.types import Scenario
 
 
 def tiny_policy(lora: bool = False, seed: int = 0, dtype: str = "float32", device: str = "auto") -> Policy:

@@ -24,8 +24,8 @@ from pydantic import (
     model_validator,
 )
 
+from mapo.core.types import Scenario
 from mapo.envs.base import scenarios_from_files
-from mapo.types import Scenario
 from mapo.validation import read_yaml_model
 
 from .cues import parse_cue

@@ -24,8 +24,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from mapo.core.types import Scenario
 from mapo.envs.base import Environment, StepResult
-from mapo.types import Scenario
 from mapo.validation import describe_validation_error
 
 from .cards import MAX_FRUSTRATION, SupportCard, load_cards

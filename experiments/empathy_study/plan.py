@@ -8,7 +8,7 @@ run's count at twice its horizon; 10 steps a run.
 
 from __future__ import annotations
 
-from mapo.ablate.plan import AblationPlan, BenchmarkBudget, EvalBudget
+from mapo.lab.ablate.plan import AblationPlan, BenchmarkBudget, EvalBudget
 
 STUDY_TRAIN = (
     "rollout.scenarios_per_step=1",

@@ -19,7 +19,7 @@ commits gives the figures before them: `reask-costs`, a question asked again cos
 new matter (f6a51db), and `idiom`, "it's a shame" read as "a pity", which names no feeling
 (`judge_lexicon.read_idioms`, twenty-third session, after issue 59's re-ask study trained).
 
-`agreement`: each blind set's dialogues scored again (`mapo.evaluate.rescore`), how often EPM-Q
+`agreement`: each blind set's dialogues scored again (`mapo.lab.blind.rescore`), how often EPM-Q
 orders a decisive pair as the reader did. `calibrate`: the judge's pairwise accuracy on the labelled
 exemplars (`mapo env calibrate`'s figures; default splits calibration, heldout, adversarial, blind,
 policy). The figures of each variant, and which was kept: docs/results.md, twenty-first session.
@@ -104,7 +104,7 @@ def main() -> None:
     if args.variant == "phrase":
         offline_judge.OfflineJudge.score = _score_with_phrases  # type: ignore[method-assign]
     if args.what == "agreement":
-        from mapo.evaluate.rescore import pooled, rescore_set
+        from mapo.lab.blind.rescore import pooled, rescore_set
 
         results = [rescore_set(Path(p)) for p in args.paths]
         for r in results:

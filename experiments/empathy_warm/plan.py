@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from mapo.ablate.plan import AblationPlan, empathy_plan
+from mapo.lab.ablate.plan import AblationPlan, empathy_plan
 
 
 def empathy_warm_plan() -> AblationPlan:

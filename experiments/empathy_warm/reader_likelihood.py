@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 from llama_cpp import Llama
 
-from mapo.evaluate.blind_score import read_ratings
-from mapo.evaluate.dialogue_sets import Dialogue, blind_pairs, pair_dialogue
+from mapo.lab.blind.dialogue_sets import Dialogue, blind_pairs, pair_dialogue
+from mapo.lab.blind.score import read_ratings
 from mapo.model_source import embedded_gguf_path
 
 N_CTX = 2048

@@ -7,13 +7,13 @@
 
 `reask`: per set and run, the share of listener replies that re-ask a question already asked
 in the dialogue, by meaning (the offline judge's repeats.py) and by prefix (the monitor's
-`reasked_question`), and the share with any repeated move (`mapo.evaluate.reask`). A set is a
+`reasked_question`), and the share with any repeated move (`mapo.lab.blind.reask`). A set is a
 blind set's folder (each side under its run label, as the rater read it) or a `mapo eval` /
 training run's transcripts (a folder or the file). Then, for two runs of each blind set
 (--versus, MAPO and GRPO by default), the difference by set.
 
 `agreement`: each blind set's pairs scored again by today's offline judge, the person's lines
-kept as written (`mapo.evaluate.rescore`), and how often EPM-Q then orders a decisive pair as the
+kept as written (`mapo.lab.blind.rescore`), and how often EPM-Q then orders a decisive pair as the
 reader did, beside the figure the key records; per set and pooled; then each run's mean EPM-Q
 both ways, the first --versus run minus the second by set. --full SET:LABEL=TRANSCRIPTS
 replays that run's dialogues in full (as its evaluation scored them) instead of as the rater read them.
@@ -38,8 +38,8 @@ def _pct(share: dict[str, Any]) -> str:
 
 
 def reask(paths: list[Path], versus: list[str]) -> dict[str, Any]:
-    from mapo.evaluate.dialogue_sets import dialogue_sets
-    from mapo.evaluate.reask import repeat_rates
+    from mapo.lab.blind.dialogue_sets import dialogue_sets
+    from mapo.lab.blind.reask import repeat_rates
 
     sets = {str(path): {label: repeat_rates(d) for label, d in dialogue_sets(path).items()} for path in paths}
     print("| set | run | replies | re-asked by meaning | by prefix | by meaning only | any repeated move |")
@@ -61,8 +61,8 @@ def reask(paths: list[Path], versus: list[str]) -> dict[str, Any]:
 
 
 def agreement(paths: list[Path], full: list[str], versus: list[str]) -> dict[str, Any]:
-    from mapo.evaluate.rescore import pooled, rescore_set
     from mapo.intervals import t_interval
+    from mapo.lab.blind.rescore import pooled, rescore_set
 
     given: dict[str, dict[str, Path]] = {}
     for spec in full:
@@ -95,7 +95,7 @@ def paid(paths: list[Path]) -> dict[str, Any]:
     that re-ask a question (by meaning), replies with another repeated move, and fresh replies; per class
     the replies, the mean progress and penalty a reply (levels summed over the three axes), the share paid
     any progress, and the class's share of all progress paid."""
-    from mapo.evaluate.reask import reply_repeats
+    from mapo.lab.blind.reask import reply_repeats
     from mapo.validation import compressed_or_plain, text_of
 
     result: dict[str, Any] = {}

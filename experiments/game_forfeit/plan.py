@@ -8,7 +8,7 @@ when the game is lost, so a losing dialogue's rewards sum to 0. The game templat
 
 from __future__ import annotations
 
-from mapo.ablate.plan import AblationPlan, game_plan, with_env_options
+from mapo.lab.ablate.plan import AblationPlan, game_plan, with_env_options
 
 GAME_FORFEIT_OPTIONS = {"pool_size": 8, "show_candidates": True, "forfeit_on_failure": True}
 

@@ -10,15 +10,15 @@ paired by seed (5 seeds at the tight setting), the policy reading the state alon
 the replies left shown, a lost or timed-out game forfeited (only a solve keeps its bits). Each unit
 trains until held-out success levels off: evaluated every 10 steps on the 20 test secrets x 8 games,
 it stops once three evaluations in a row each gained less than 2 points, or at 200 steps
-(mapo.ablate.plateau). The warm start is SFT on the random player's games in the same view.
+(mapo.lab.ablate.plateau). The warm start is SFT on the random player's games in the same view.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from mapo.ablate.plan import AblationPlan, EvalBudget
-from mapo.ablate.plateau import PlateauStop
+from mapo.lab.ablate.plan import AblationPlan, EvalBudget
+from mapo.lab.ablate.plateau import PlateauStop
 
 VARIANTS = ["mapo-idr-lr2e-4", "grpo-idr-lr2e-4", "mapo_ragged-idr-lr2e-4", "mapo_state-idr-lr2e-4"]
 WARM_START = "runs/game-state-warm/sft/final"  # build_warm_start.sh's model

@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # decisions.py beside 
 
 from decisions import KINDS, decision  # noqa: E402
 
-from mapo.advantages import compute_batch  # noqa: E402
+from mapo.core.advantages import compute_batch  # noqa: E402
+from mapo.core.rewards import rewards_from_distances  # noqa: E402
 from mapo.envs.questioning.game import chance_distance  # noqa: E402
-from mapo.rewards import rewards_from_distances  # noqa: E402
 from mapo.validation import compressed_or_plain, read_records  # noqa: E402
 
 ESTIMATORS = ["mapo", "mapo_ragged", "batch", "turn", "grpo"]

@@ -13,7 +13,7 @@ STEPS=${3:-10}
 mapfile -t SETS < <(python - "$WARM" <<'PY'
 import sys
 from experiments.game_table.plan import table_tight_plan
-from mapo.ablate.plan import VARIANTS
+from mapo.lab.ablate.plan import VARIANTS
 plan = table_tight_plan()
 kept = [s for s in plan.train if not s.startswith("policy.model=")]
 for setting in [*kept, *VARIANTS.resolve("mapo-idr-lr2e-4").overrides, f"policy.model={sys.argv[1]}"]:

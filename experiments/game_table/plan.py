@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mapo.ablate.plan import AblationPlan, CurveBudget, EvalBudget
+from mapo.lab.ablate.plan import AblationPlan, CurveBudget, EvalBudget
 
 VARIANTS = ["mapo-idr-lr2e-4", "grpo-idr-lr2e-4", "mapo_ragged-idr-lr2e-4"]
 SEEDS = [0, 1, 2, 3, 4]

@@ -6,7 +6,7 @@ learned to (docs/results.md, 2026-11-26); now only a solve pays."""
 from __future__ import annotations
 
 from experiments.game_forfeit.plan import GAME_FORFEIT_OPTIONS, game_forfeit_plan
-from mapo.ablate.plan import AblationPlan, with_env_options
+from mapo.lab.ablate.plan import AblationPlan, with_env_options
 
 GAME_TIMEOUT_OPTIONS = {**GAME_FORFEIT_OPTIONS, "forfeit_on_timeout": True}
 

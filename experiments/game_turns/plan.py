@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from experiments.game_forfeit.plan import game_forfeit_plan
 from experiments.game_timeout.plan import GAME_TIMEOUT_OPTIONS
-from mapo.ablate.plan import AblationPlan, with_env_options
+from mapo.lab.ablate.plan import AblationPlan, with_env_options
 
 GAME_TURNS_OPTIONS = {**GAME_TIMEOUT_OPTIONS, "show_turns_left": True}
 

@@ -6,7 +6,7 @@ modules lazily so that `mapo --help` stays instant.
     sft          mapo sft
     evaluation   mapo eval / compare / report
     ablation     mapo ablate
-    environment  mapo env list / try / calibrate
+    environment  mapo env list / try / calibrate (env_console: their tables and the interactive session)
     benchmarks   mapo bench emobench / eqbench / knowledge
     speed        mapo bench rollout / train / mfu / gpu / memory / env / llm-env / grpo / all
 """

@@ -22,7 +22,7 @@ def ablate(
     plan_name: Annotated[
         Optional[str], typer.Option("--plan", help="A named plan: default, quick, game (the questioning game: 6 variants x 5 seeds "
                                     "from a warm start given by --set policy.model=...), empathy (mapo and grpo x 5 seeds from an "
-                                    "SFT checkpoint given the same way), a plug-in's (mapo.ablate.PLANS) or a 'package.module:factory' "
+                                    "SFT checkpoint given the same way), a plug-in's (mapo.lab.ablate.PLANS) or a 'package.module:factory' "
                                     "path. This project's studies' plans (study, empathy-warm, game-forfeit, game-alpha, game-lr, "
                                     "game-timeout, game-turns, game-turns-alpha) live in experiments/<study>/plan.py and resolve "
                                     "by name from a mapo checkout's root.")
@@ -68,8 +68,8 @@ def ablate(
     evaluated held-out; --set stop.every=10 --steps 200: every 10 steps a run is evaluated held out
     with the plan's evaluation and stopped once 3 evaluations in a row gained less than 2 points
     each (stop.patience, stop.min_gain), at most at step 200)."""
-    from mapo.ablate import plan_for, read_plan, run_ablation, write_outputs
-    from mapo.ablate.runner import AblationStopped, sigterm_stops_the_ablation
+    from mapo.lab.ablate import plan_for, read_plan, run_ablation, write_outputs
+    from mapo.lab.ablate.runner import AblationStopped, sigterm_stops_the_ablation
     from mapo.run_folder import new_run_dir
 
     folder: Path | None = None
@@ -93,7 +93,7 @@ def ablate(
             plan = plan_for(name, variant, seed or seeds, steps, set_ or (), str(bench_data) if bench_data else None)
             folder = output or new_run_dir("runs", "ablate" if name == "default" else f"ablate-{name}")
         if export is not None:
-            from mapo.ablate.export import export_ablation
+            from mapo.lab.ablate.export import export_ablation
 
             plan, copied, left = export_ablation(folder, export)
             typer.echo(f"Exported {len(copied)} runs to {export}" + (f"; not finished, left out: {', '.join(left)}" if left else ""))

@@ -16,8 +16,8 @@ def env_list() -> None:
     """Table of the bundled scenario cards: id, title, category, dominant axis, ||P_0||, split."""
     from rich.console import Console
 
+    from mapo.cli.env_console import scenario_table
     from mapo.envs.empathy.cards import bundled_scenario_dir
-    from mapo.envs.empathy.console import scenario_table
 
     Console().print(scenario_table())
     typer.echo(f"Cards: {bundled_scenario_dir()}")
@@ -36,7 +36,7 @@ def env_try(
 
     from rich.console import Console
 
-    from mapo.envs.empathy.console import find_scenario, interactive_session
+    from mapo.cli.env_console import find_scenario, interactive_session
     from mapo.run_folder import new_run_dir
 
     try:
@@ -71,8 +71,8 @@ def env_calibrate(
     from rich.console import Console
 
     from mapo.cli.common import key_values
+    from mapo.cli.env_console import calibration_table, family_table, judge_replies_line
     from mapo.envs.empathy.calibrate import evaluate, first_contexts, load_exemplars
-    from mapo.envs.empathy.console import calibration_table, family_table, judge_replies_line
     from mapo.envs.empathy.roles import make_role
     from mapo.run_folder import new_run_dir
 

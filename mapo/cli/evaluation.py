@@ -69,9 +69,9 @@ def eval_command(
     from mapo.evaluate.checkpoints import load_eval_policy, run_config
     from mapo.evaluate.empa import hacking_line
     from mapo.evaluate.responders import endpoint_policy
+    from mapo.evaluate.runner import eval_spec_for, figures_line, run_eval
     from mapo.evaluate.validity import json_format_hint
     from mapo.run_folder import new_run_dir
-    from mapo.evaluate.runner import eval_spec_for, figures_line, run_eval
 
     if (model is None) == (endpoint is None):
         raise fail(ValueError("give exactly one of a model (--model) or an OpenAI-compatible endpoint (--endpoint)"))
@@ -157,7 +157,7 @@ def compare(
         elif score_blind:
             _score_blind(results, target)
         elif pool_blind:
-            from mapo.evaluate.blind_pool import pool_blind as pool
+            from mapo.lab.blind.pool import pool_blind as pool
 
             md, text = pool(list(results), target)
             typer.echo(text)
@@ -177,7 +177,7 @@ def compare(
 def _write_blind(results: list[Path], labels: Optional[list[str]], turns: Optional[int], seed: Optional[int], out: Path) -> None:
     import json
 
-    from mapo.evaluate.blind_pairs import write_blind
+    from mapo.lab.blind.pairs import write_blind
 
     if len(results) != 2:
         raise ValueError(f"--blind compares two eval folders, got {len(results)}")
@@ -192,7 +192,7 @@ def _write_blind(results: list[Path], labels: Optional[list[str]], turns: Option
 
 
 def _score_blind(results: list[Path], out: Path) -> None:
-    from mapo.evaluate.blind_score import score_blind
+    from mapo.lab.blind.score import score_blind
 
     if len(results) != 3:
         raise ValueError(f"--score-blind takes PAIRS KEY RATINGS, got {len(results)} path(s)")

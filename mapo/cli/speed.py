@@ -1,6 +1,6 @@
 """`mapo bench rollout | train | mfu | gpu | memory | env | llm-env | grpo | all`: the speed suite.
 
-The suite's benchmarks (mapo.bench.suite.BENCHMARKS) all run through `run_benchmark` and
+The suite's benchmarks (mapo.lab.bench.suite.BENCHMARKS) all run through `run_benchmark` and
 write one JSON each; `gpu` and `memory` have outputs of their own (a markdown table, the
 peak RSS of subprocesses).
 """
@@ -16,11 +16,11 @@ from mapo.cli.common import BenchOutOpt, ConfigOpt, SetOpt, bench_app, fail, tra
 
 
 def _suite_bench(name: str, config: Optional[Path], overrides: Optional[list[str]], output: Optional[Path], **sizes) -> None:  # type: ignore[no-untyped-def]
-    """Run one benchmark of mapo/bench/suite.py: print its table, write its JSON."""
+    """Run one benchmark of mapo/lab/bench/suite.py: print its table, write its JSON."""
     from rich.console import Console
 
-    from mapo.bench import ratio_table, write_results
-    from mapo.bench.suite import columns, run_benchmark
+    from mapo.lab.bench import ratio_table, write_results
+    from mapo.lab.bench.suite import columns, run_benchmark
     from mapo.run_folder import new_run_dir
 
     settings = train_config(config, overrides)
@@ -105,8 +105,8 @@ def bench_gpu_command(
     """Random-init SmolLM2-135M and Qwen2.5-1.5B shapes on the policy's device: rollout and update tokens/s, MFU, peak memory."""
     from rich.console import Console
 
-    from mapo.bench import ratio_table, write_results
-    from mapo.bench.gpu import COLUMNS, SHAPES, bench_gpu, markdown
+    from mapo.lab.bench import ratio_table, write_results
+    from mapo.lab.bench.gpu import COLUMNS, SHAPES, bench_gpu, markdown
     from mapo.run_folder import new_run_dir
 
     settings = train_config(config, set_)
@@ -135,8 +135,8 @@ def bench_memory_command(
     """Peak RSS of a 45-turn evaluation and of one training step, each in its own subprocess."""
     from rich.console import Console
 
-    from mapo.bench import write_results
-    from mapo.bench.memory import bench_memory, memory_table
+    from mapo.lab.bench import write_results
+    from mapo.lab.bench.memory import bench_memory, memory_table
     from mapo.run_folder import new_run_dir
 
     settings = train_config(config, set_)  # fails early on a bad config, before any subprocess
@@ -202,7 +202,7 @@ def bench_all_command(
     output: BenchOutOpt = None,
 ) -> None:
     """The whole speed suite (rollout, train, mfu, env, llm-env, grpo): a JSON each, suite.json and performance.md."""
-    from mapo.bench.suite import BENCHMARKS, run_suite
+    from mapo.lab.bench.suite import BENCHMARKS, run_suite
     from mapo.run_folder import new_run_dir
 
     settings = train_config(config, set_)

@@ -20,8 +20,8 @@ def train(
     ] = None,
 ) -> None:
     """Train a policy with MAPO (or any registered estimator) on a multi-turn environment."""
+    from mapo.core.trainer import train as run_training
     from mapo.reliability import TrainingInterrupted, TrainingStopped
-    from mapo.trainer import train as run_training
 
     if resume is not None and (config is not None or output is not None):
         raise fail(ValueError("--resume continues a run with its own config.yaml and folder; drop --config/--output"))

@@ -38,8 +38,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
+from mapo.core.types import Scenario
 from mapo.registry import Registry
-from mapo.types import Scenario
 
 
 class StepResult(NamedTuple):
@@ -183,7 +183,7 @@ def load_scenarios(name: str, source: str) -> list[Scenario]:
         if not isinstance(scenario, Scenario):
             raise ValueError(
                 f"env.scenarios: environment {name!r} loaded {type(scenario).__name__} at position {k} "
-                f"from {source!r}; expected mapo.types.Scenario"
+                f"from {source!r}; expected mapo.core.types.Scenario"
             )
     return scenarios
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from mapo.types import AXES
+from mapo.core.types import AXES
 
 PROG_KEYS = ("C_prog", "A_prog", "P_prog")
 NEG_KEYS = ("C_neg", "A_neg", "P_neg")

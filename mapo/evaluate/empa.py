@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from mapo.core.types import AXES, OUTCOMES, Scenario, Trajectory, outcome_of
 from mapo.degeneracy import HACKING_LABELS, dialogue_hacking_metrics
 from mapo.envs.dynamics import EPMQ_INDICES, DynamicsConfig, NeedState, epmq
 from mapo.records import turn_record
-from mapo.types import AXES, OUTCOMES, Scenario, Trajectory, outcome_of
 
 EPMQ_KEYS = (*EPMQ_INDICES, "outcome", "efficiency", "stability", "epmq")
 

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mapo.core.rollout import RolloutSpec, rollout
 from mapo.envs.base import dialogue_summary, environment_factory, load_scenarios
 from mapo.envs.questioning.players import load_player
-from mapo.rollout import RolloutSpec, rollout
 
 PLAYERS = ("player:random", "player:informative", "player:optimal")
 

@@ -63,7 +63,7 @@ def policy_responder(policy: Any, label: str, engine_name: str = "auto", concurr
 
 class EndpointPolicy:
     """An OpenAI-compatible chat endpoint as the policy: benchmark answers (`respond`) and
-    multi-turn replies for rollouts (`chat_replies`, `mapo.rollout.ChatPolicy`), `concurrency` in flight."""
+    multi-turn replies for rollouts (`chat_replies`, `mapo.core.rollout.ChatPolicy`), `concurrency` in flight."""
 
     def __init__(self, backend: Any) -> None:
         self.backend = backend

@@ -1,6 +1,6 @@
 """`mapo eval`: run a policy on a scenario set and score it as the EMPA benchmark does.
 
-The rollout is `mapo.rollout.rollout` (the trainer's own), with evaluation settings:
+The rollout is `mapo.core.rollout.rollout` (the trainer's own), with evaluation settings:
 up to 45 turns, the environment's EMPA success and failure rules, the configured
 temperature, `samples` dialogues per scenario. Scenarios go in batches of
 `scenarios_per_batch` (x samples dialogues per generate call) with a progress bar.
@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mapo.core.rollout import RolloutSpec
 from mapo.envs.base import (
     dialogue_summary,
     environment_factory,
@@ -32,7 +33,6 @@ from mapo.envs.base import (
     with_turn_cap,
 )
 from mapo.evaluate.bench import write_jsonl
-from mapo.evaluate.validity import fallback_verdict
 from mapo.evaluate.empa import (
     aggregate,
     dialogue_metrics,
@@ -40,8 +40,8 @@ from mapo.evaluate.empa import (
     per_scenario,
     transcript_record,
 )
+from mapo.evaluate.validity import fallback_verdict
 from mapo.provenance import provenance
-from mapo.rollout import RolloutSpec
 
 
 @dataclass
@@ -201,10 +201,10 @@ def _play(
     """Every scenario's `spec.samples` dialogues: (per-dialogue metrics, transcript records, engine name)."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from mapo.core.rollout import rollout
     from mapo.engines.factory import make_engine
     from mapo.policy import Policy
     from mapo.progress import progress_bar
-    from mapo.rollout import rollout
     from mapo.runtime import seed_everything, step_seed
 
     make_env = environment_factory(spec.env, env_options)

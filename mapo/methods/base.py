@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from mapo.types import Group, Nested
+from mapo.core.types import Group, Nested
 
 
 class TrainingMethod:
@@ -47,7 +47,7 @@ class TrainingMethod:
         return make_env
 
     def rollout_function(self, rollout: Callable[..., list[Group]]) -> Callable[..., list[Group]]:
-        """The function that rolls out a step (same signature as mapo.rollout.rollout)."""
+        """The function that rolls out a step (same signature as mapo.core.rollout.rollout)."""
         return rollout
 
     def shape_rewards(self, groups: Sequence[Group]) -> dict[str, float]:

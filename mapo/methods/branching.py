@@ -25,13 +25,13 @@ from typing import Any
 
 import numpy as np
 
+from mapo.core.rollout import RolloutSpec, rollout
+from mapo.core.types import Group, Scenario, Trajectory, Turn
 from mapo.engines.hf import HfEngine
 from mapo.envs.base import Environment, StepResult
 from mapo.methods.compeer import seen_reply
 from mapo.methods.ranking import Candidate, Ranker
 from mapo.policy import Policy
-from mapo.rollout import RolloutSpec, rollout
-from mapo.types import Group, Scenario, Trajectory, Turn
 
 
 class SnapshotEnvironment(Environment):
@@ -101,7 +101,7 @@ def branching_rollout(
     """One group of G = spec.samples_per_scenario candidates per scenario that reached the drawn turn.
 
     `turn` fixes t instead of drawing it; when no dialogue reaches t the step branches at turn 1.
-    `on_turn` is called after every turn of the prefixes, as in `mapo.rollout.rollout`.
+    `on_turn` is called after every turn of the prefixes, as in `mapo.core.rollout.rollout`.
     """
     g = spec.samples_per_scenario
     t = turn if turn is not None else int(np.random.default_rng(seed).integers(1, spec.max_turns + 1))

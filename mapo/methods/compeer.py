@@ -24,11 +24,11 @@ from typing import Any
 
 import numpy as np
 
+from mapo.core.rollout import RolloutSpec
+from mapo.core.types import Group, Scenario, Turn
 from mapo.envs.base import Environment, StepResult, reply_context, system_prompt_for
 from mapo.methods.base import TrainingMethod
 from mapo.methods.redundancy import Similarity, redundancy_reweight_group
-from mapo.rollout import RolloutSpec
-from mapo.types import Group, Scenario, Turn
 
 
 def seen_reply(turn: Turn) -> str:

@@ -16,8 +16,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationInfo, model_validator
 
 from mapo.backends.json_output import ChatClient, request_json
+from mapo.core.types import Group, Trajectory
 from mapo.methods.compeer import seen_reply
-from mapo.types import Group, Trajectory
 
 HINDSIGHT_SYSTEM = (
     "You look back at a finished conversation between a person who is going through a hard time and a "

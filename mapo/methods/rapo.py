@@ -27,13 +27,13 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from mapo.advantages import normalise
+from mapo.core.advantages import normalise
+from mapo.core.types import Group, Nested, Scenario, Trajectory
 from mapo.methods.base import TrainingMethod
 from mapo.methods.distillation import reply_logprobs, topk_reverse_kl
 from mapo.methods.hindsight_llm import make_llm_hindsight
 from mapo.methods.ranking import critique_from_levels, make_ranker
 from mapo.policy import Policy
-from mapo.types import Group, Nested, Scenario, Trajectory
 
 HINDSIGHT_MODES = ("off", "quantile", "judge", "llm")
 TEACHERS = ("current", "ema")
@@ -320,7 +320,7 @@ class Rapo(TrainingMethod):
         spec: Any,
         **kwargs: Any,
     ) -> list[Group]:
-        """Branching rollouts (same call as mapo.rollout.rollout); the step's branch metrics are kept for `select`."""
+        """Branching rollouts (same call as mapo.core.rollout.rollout); the step's branch metrics are kept for `select`."""
         from mapo.methods.branching import branching_rollout
 
         groups, self.branch_metrics = branching_rollout(policy, scenarios, make_env, spec, self.ranker, **kwargs)

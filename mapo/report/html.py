@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mapo.types import AXES, outcome_of
+from mapo.core.types import AXES, outcome_of
 
 AXIS_COLOURS = {"C": "#2f6fb0", "A": "#c2452d", "P": "#2f8f4e"}
 OUTCOME_COLOURS = {"success": "#2f8f4e", "failure": "#c2452d", "timeout": "#b08a2f", "other": "#777"}

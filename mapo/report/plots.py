@@ -1,6 +1,6 @@
 """The one curve plotter behind every figure of training steps: the run report's panels
 (mapo.report.run), the learning curve of several runs (mapo.report.curves) and the ablation's
-curves.png (mapo.ablate.curves).
+curves.png (mapo.lab.ablate.curves).
 
 A `Curve` is one line: the mean over its runs (seeds) of a per-step series, joined across the
 steps where no run has a value (a held-out check every few steps, a run that ended early),

@@ -1,6 +1,6 @@
 """`mapo report RUN`: one self-contained HTML page for a training run.
 
-Reads `<run>/metrics.jsonl` (one object per step, as `mapo.trainer` logs it) and
+Reads `<run>/metrics.jsonl` (one object per step, as `mapo.core.trainer` logs it) and
 plots whatever of the known keys exist: reward and return, success rate and how
 dialogues ended, the pre-clip gradient norm, advantage components (turn, batch,
 mixed, ...), the reward-hacking monitor, response length, KL, entropy, clip fraction,

@@ -2,7 +2,7 @@
 
 It lives with SFT, above the rollout it drives: the environment does not import what plays it.
 
-The games are played through `mapo.rollout.rollout`, the rollout RL uses, so every system
+The games are played through `mapo.core.rollout.rollout`, the rollout RL uses, so every system
 prompt and user message is exactly what a policy would see there. One JSON line per game:
 
     {"messages": [{"role": "system", ...}, {"role": "user", ...}, {"role": "assistant", ...}, ...],
@@ -22,10 +22,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from mapo.core.rollout import RolloutSpec, rollout
+from mapo.core.types import Trajectory
 from mapo.envs.base import environment_factory, load_scenarios
 from mapo.envs.questioning.players import load_player
-from mapo.rollout import RolloutSpec, rollout
-from mapo.types import Trajectory
 
 _TURN_CAP = 1000  # the rollout's cap; the environment's own turn limit ends every game long before
 

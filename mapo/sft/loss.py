@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 import torch
 
-from mapo.losses import Batch, TrainSequence, collate
+from mapo.core.losses import Batch, TrainSequence, collate
+from mapo.core.update import micro_batches
 from mapo.policy import Policy
-from mapo.update import micro_batches
 
 
 def summed_nll(policy: Policy, batch: Batch) -> torch.Tensor:

@@ -3,7 +3,7 @@
 A rollout builds a dialogue as `Policy.first_prompt_ids(system, first user message)`,
 then per turn the reply's ids (ending with the end-of-turn id the model samples), then
 `Policy.next_prompt_ids(next user message)`, and trains the packed sequence
-(`mapo.losses.packed_sequence`). SFT builds a `Trajectory` the same way, with each
+(`mapo.core.losses.packed_sequence`). SFT builds a `Trajectory` the same way, with each
 reply's ids the chat template's rendering of the demonstrated text, and packs it with
 the same function: every reply token and its end-of-turn token is trained, nothing else.
 """
@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mapo.chat_template import render
-from mapo.losses import TrainSequence, packed_sequence
+from mapo.core.losses import TrainSequence, packed_sequence
+from mapo.core.types import Trajectory, Turn
 from mapo.policy import Policy
 from mapo.sft.data import Example, SftDataError
-from mapo.types import Trajectory, Turn
 
 
 def reply_ids(policy: Policy, content: str, where: str = "a reply") -> list[int]:

@@ -30,14 +30,16 @@ from typing import Any
 import numpy as np
 
 from mapo.config import OptimSpec, TrainConfig, config_dict
+from mapo.core.losses import collate
+from mapo.core.update import make_optimizer, micro_batches, step_if_finite
 from mapo.gguf_cache import drop_quantisation_flag
-from mapo.losses import collate
 from mapo.model_source import resolve_source
 from mapo.policy import Policy, load_policy
 from mapo.progress import progress_bar
 from mapo.reliability import TrainingInterrupted
 from mapo.report.run import write_report
-from mapo.run_folder import RunFolder, open_run, write_folder
+from mapo.run_folder import RunFolder, write_folder
+from mapo.run_start import open_run
 from mapo.runtime import configure_threads, read_trainer_state, seed_everything, step_seed, write_trainer_state
 from mapo.sft.data import train_and_held_out
 from mapo.sft.loss import held_out_loss, summed_nll
@@ -45,7 +47,6 @@ from mapo.sft.machine import machine_choices
 from mapo.sft.outputs import ADAPTER_DIR, FINAL, SFT_MARKER
 from mapo.sft.tokens import training_sequence
 from mapo.tracking import Tracking, check_installed
-from mapo.update import make_optimizer, micro_batches, step_if_finite
 
 log = logging.getLogger(__name__)
 

@@ -28,13 +28,13 @@ from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from mapo.core.types import Scenario
+from mapo.envs.dynamics import LEVEL_KEYS
 from mapo.envs.empathy.cards import ScenarioCard, bundled_scenarios
+from mapo.envs.empathy.llm.judge import CONTEXT_PERSON, _is_quoted
 from mapo.envs.empathy.offline.features import CUE_FIELDS, JudgeContext
 from mapo.envs.empathy.offline.judge import OfflineJudge
-from mapo.envs.empathy.llm.judge import CONTEXT_PERSON, _is_quoted
-from mapo.envs.dynamics import LEVEL_KEYS
 from mapo.methods.hindsight_llm import HINDSIGHT_HEADER
-from mapo.types import Scenario
 
 _NAME = re.compile(r"^Name: ([^,\n]+),", re.MULTILINE)
 _SITUATION = re.compile(r"^Situation: (.*)$", re.MULTILINE)

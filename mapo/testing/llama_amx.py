@@ -9,17 +9,9 @@ without extra buffer types avoids it. The local OpenAI-compatible server of the 
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import ModuleType
 
-
-def cpu_has_amx(cpuinfo: str | Path = "/proc/cpuinfo") -> bool:
-    """Whether the CPU exposes AMX (`amx_int8` among its flags); False where that cannot be read."""
-    try:
-        text = Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return False
-    return any(line.startswith("flags") and "amx_int8" in line.split() for line in text.splitlines())
+from mapo.provenance import cpu_has_amx  # the machine fact, kept with the others a result records
 
 
 def use_extra_buffers() -> bool:

@@ -1,4 +1,4 @@
-"""mapo.ablate and `mapo ablate`: the variant grid, mean/std over seeds, skip and resume."""
+"""mapo.lab.ablate and `mapo ablate`: the variant grid, mean/std over seeds, skip and resume."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from mapo.ablate import (
+from mapo.cli import app
+from mapo.config import load_config
+from mapo.lab.ablate import (
     DEFAULT_VARIANTS,
     VARIANTS,
     AblationPlan,
@@ -34,14 +36,12 @@ from mapo.ablate import (
     training_state,
     unit_overrides,
 )
-from mapo.ablate.curves import curves
-from mapo.ablate.report import measure, write_outputs
-from mapo.ablate.runner import AblationStopped
-from mapo.ablate.state import curve_dir, eval_dir, last_logged_step, read_eval, read_plan
-from mapo.ablate.stats import GAME_METRICS, HACKING_METRICS, steps_to_half, steps_to_reach
-from mapo.ablate.tables import dialogue_table, paired_table
-from mapo.cli import app
-from mapo.config import load_config
+from mapo.lab.ablate.curves import curves
+from mapo.lab.ablate.report import measure, write_outputs
+from mapo.lab.ablate.runner import AblationStopped
+from mapo.lab.ablate.state import curve_dir, eval_dir, last_logged_step, read_eval, read_plan
+from mapo.lab.ablate.stats import GAME_METRICS, HACKING_METRICS, steps_to_half, steps_to_reach
+from mapo.lab.ablate.tables import dialogue_table, paired_table
 
 TINY = ["policy.model=tiny", "policy.lora.r=4", "optim.lr=0.01"]
 
@@ -306,7 +306,7 @@ def test_the_held_out_curve_is_tabled_plotted_and_timed_from_its_checks(tmp_path
 
 
 def test_a_held_out_crossing_after_a_missing_check_is_not_known():
-    from mapo.ablate.stats import heldout_steps_to
+    from mapo.lab.ablate.stats import heldout_steps_to
 
     assert heldout_steps_to({0: 20.0, 5: 25.0, 10: 35.0, 15: 50.0}, 30.0, 15, [5, 10]) == 10.0
     assert heldout_steps_to({0: 20.0, 5: 35.0, 15: 50.0}, 30.0, 15, [5, 10]) == 5.0  # the gap is after it
@@ -719,7 +719,7 @@ def test_ctrl_c_of_a_parallel_ablation_stops_every_run_at_a_checkpoint_and_says_
 
 
 def test_ctrl_c_of_a_serial_ablation_says_how_to_resume(tmp_path, monkeypatch):
-    import mapo.ablate.runner as runner
+    import mapo.lab.ablate.runner as runner
     from mapo.reliability import TrainingInterrupted
 
     def interrupted(out, plan, unit, *args, **kwargs):  # what a run's Ctrl-C raises (fault injection)
@@ -760,7 +760,7 @@ def test_a_unit_queued_before_the_ablation_was_interrupted_does_not_start(tmp_pa
     import signal
     import threading
 
-    import mapo.ablate.runner as runner
+    import mapo.lab.ablate.runner as runner
 
     stopped, handler = threading.Event(), signal.getsignal(signal.SIGINT)
     try:
@@ -789,7 +789,7 @@ def test_a_worker_s_training_interrupted_crosses_the_process_boundary():
 def test_a_rate_s_or_norm_s_spread_band_stays_within_its_range_and_a_reward_s_does_not():
     import numpy as np
 
-    from mapo.ablate.curves import HELDOUT, PANEL_BOUNDS, SUCCESS
+    from mapo.lab.ablate.curves import HELDOUT, PANEL_BOUNDS, SUCCESS
     from mapo.report.plots import spread_band as band
 
     def spread_band(stack, mean, key):
@@ -807,7 +807,7 @@ def test_a_rate_s_or_norm_s_spread_band_stays_within_its_range_and_a_reward_s_do
 
 
 def test_a_success_rate_a_rounding_below_the_target_reaches_it():
-    from mapo.ablate.stats import heldout_steps_to
+    from mapo.lab.ablate.stats import heldout_steps_to
 
     check = 100.0 * (23 / 40)  # 57.49999999999999: 23 of 40 held-out games
     assert heldout_steps_to({0: 50.0, 5: check, 10: 60.0}, 57.5, 10, [5]) == 5.0

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from mapo.ablate import AblationPlan, cluster_bootstrap, paired_dialogue_rows, t_interval, t_quantile, training_metrics
 from mapo.intervals import binomial_cdf, clopper_pearson, t_two_sided_cdf
+from mapo.lab.ablate import AblationPlan, cluster_bootstrap, paired_dialogue_rows, t_interval, t_quantile, training_metrics
 
 
 def test_t_quantiles_match_the_published_table():

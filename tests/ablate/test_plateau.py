@@ -1,4 +1,4 @@
-"""The plateau stopping rule of an ablation plan (AblationPlan.stop, mapo.ablate.plateau): the rule
+"""The plateau stopping rule of an ablation plan (AblationPlan.stop, mapo.lab.ablate.plateau): the rule
 itself, its report, and a tiny ablation stopped by it, grown, rerun and resumed."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from mapo.ablate import AblationPlan, CurveBudget, EvalBudget, PlateauStop, Unit, check_plan, plan_for, run_ablation, run_dir
-from mapo.ablate.export import export_ablation
-from mapo.ablate.plateau import metric_value, plateaued, stopping_point
-from mapo.ablate.report import write_outputs
-from mapo.ablate.state import curve_dir, eval_dir, final_step, read_eval, run_metrics, unit_trained
 from mapo.cli import app
+from mapo.lab.ablate import AblationPlan, CurveBudget, EvalBudget, PlateauStop, Unit, check_plan, plan_for, run_ablation, run_dir
+from mapo.lab.ablate.export import export_ablation
+from mapo.lab.ablate.plateau import metric_value, plateaued, stopping_point
+from mapo.lab.ablate.report import write_outputs
+from mapo.lab.ablate.state import curve_dir, eval_dir, final_step, read_eval, run_metrics, unit_trained
 from mapo.run_folder import read_metrics
 
 TINY = ["policy.model=tiny", "policy.lora.r=4", "optim.lr=0.01"]
@@ -196,10 +196,10 @@ def test_a_unit_trained_in_chunks_is_the_run_trained_at_once(tmp_path):
     from safetensors.torch import load_file
     import torch
 
-    from mapo.ablate import run_unit, unit_overrides
     from mapo.config import load_config
+    from mapo.core.trainer import train
+    from mapo.lab.ablate import run_unit, unit_overrides
     from mapo.records import RUNTIME_KEYS
-    from mapo.trainer import train
 
     plan = AblationPlan(
         variants=["mapo-idr"], seeds=[0], steps=6,

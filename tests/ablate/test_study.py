@@ -12,16 +12,16 @@ from typer.testing import CliRunner
 from cli_output import flat
 from fixture_paths import FIXTURES
 
-from mapo.ablate import PLANS, AblationPlan, CurveBudget, Unit, check_plan, plan_for, run_ablation, unit_overrides
-from mapo.ablate.plan import MOVED_PLANS
+from mapo.lab.ablate import PLANS, AblationPlan, CurveBudget, Unit, check_plan, plan_for, run_ablation, unit_overrides
+from mapo.lab.ablate.plan import MOVED_PLANS
 from mapo.registry import RegistryError
 
 study_plan = PLANS.resolve("study")  # experiments/empathy_study/plan.py, found from the checkout's root as `mapo` finds it
-from mapo.ablate.benchmarks import BENCH_METRICS, bench_metrics, pending, run_benchmarks
-from mapo.ablate.runner import eval_spec
-from mapo.ablate.state import bench_dir, read_bench
 from mapo.cli import app
 from mapo.config import load_config
+from mapo.lab.ablate.benchmarks import BENCH_METRICS, bench_metrics, pending, run_benchmarks
+from mapo.lab.ablate.runner import eval_spec
+from mapo.lab.ablate.state import bench_dir, read_bench
 
 TINY = ["policy.model=tiny", "policy.lora.r=4", "optim.lr=0.01"]
 # the study plan cut to seconds: 1 card, 2-turn training dialogues, a 3-turn eval, 2 benchmark items
@@ -117,7 +117,7 @@ def test_plans_are_named_in_a_registry_a_user_can_extend():
 
 
 def test_the_library_keeps_templates_and_the_studies_plans_resolve_from_their_experiments(monkeypatch):
-    import mapo.ablate.plan as library
+    import mapo.lab.ablate.plan as library
 
     assert not [name for name in dir(library) if name.endswith("_plan") and name.startswith(("study", "game_", "empathy_warm"))
                 and name != "game_plan"]  # no dated plan left in the library

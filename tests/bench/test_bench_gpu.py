@@ -6,8 +6,8 @@ import json
 
 import torch
 
-from mapo.bench.gpu import ATTENTION_FLOPS, bench_gpu, markdown
 from mapo.config import load_config
+from mapo.lab.bench.gpu import ATTENTION_FLOPS, bench_gpu, markdown
 
 
 def test_bench_gpu_reports_every_figure_per_shape(tmp_path):

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from mapo.bench.memory import bench_memory, peak_rss_bytes
 from mapo.cli import app
+from mapo.lab.bench.memory import bench_memory, peak_rss_bytes
 
 
 def test_peak_rss_grows_with_an_allocation():

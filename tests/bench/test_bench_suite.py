@@ -1,4 +1,4 @@
-"""Helpers of the speed suite (mapo/bench/{mfu,env,grpo,suite}.py); no timing assertions."""
+"""Helpers of the speed suite (mapo/lab/bench/{mfu,env,grpo,suite}.py); no timing assertions."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import pytest
 import torch
 from tiny_policy import ToyEnvironment, tiny_policy, toy_scenarios
 
-from mapo.bench.env import judge_kind, run_dialogues, step_latencies
-from mapo.bench.grpo import brevity_reward
-from mapo.bench.mfu import counted_flops, matmul_gflops, model_parameters, synthetic_sequences
-from mapo.bench.suite import BENCHMARKS, QUICK_SIZES, summary_markdown
 from mapo.config import load_config
-from mapo.losses import collate
+from mapo.core.losses import collate
+from mapo.lab.bench.env import judge_kind, run_dialogues, step_latencies
+from mapo.lab.bench.grpo import brevity_reward
+from mapo.lab.bench.mfu import counted_flops, matmul_gflops, model_parameters, synthetic_sequences
+from mapo.lab.bench.suite import BENCHMARKS, QUICK_SIZES, summary_markdown
 from mapo.testing.llama_server import free_port
 
 
@@ -116,9 +116,9 @@ def test_every_benchmark_has_quick_sizes_and_a_free_port_is_usable():
 def test_our_grpo_step_samples_through_the_configured_engine_and_trains() -> None:
     """`mapo bench grpo`'s side of ours on the tiny model: the engine named in the config samples,
     every completion is counted and timed (the TRL side runs only where TRL is installed)."""
-    from mapo.bench.grpo import bench_grpo
     from mapo.config import load_config
     from mapo.envs.empathy.cards import card_scenarios
+    from mapo.lab.bench.grpo import bench_grpo
 
     config = load_config(None, ["policy.model=tiny", "rollout.engine=hf", "policy.lora.enabled=false"])
     result = bench_grpo(config, card_scenarios("train"), prompts=2, group=2, max_new_tokens=4, timed=1)

@@ -24,7 +24,7 @@ from mapo.envs.base import (
 PLUGIN = textwrap.dedent(
     '''
     from mapo.envs.base import Environment, StepResult
-    from mapo.types import Scenario
+    from mapo.core.types import Scenario
 
 
     class TwoAxes(Environment):

@@ -14,9 +14,9 @@ import pytest
 from typer.testing import CliRunner
 
 from mapo.cli import app
-from mapo.evaluate.blind_pairs import load_eval_run, write_blind
-from mapo.evaluate.blind_score import RatingsError, score_blind
 from mapo.evaluate.validity import fallback_verdict
+from mapo.lab.blind.pairs import load_eval_run, write_blind
+from mapo.lab.blind.score import RatingsError, score_blind
 
 CARDS = ("career-a", "family-b", "health-c")
 
@@ -266,7 +266,7 @@ def _scored_set(tmp_path, name, trained_wins_on, labels=None):
 
 
 def test_rating_sets_pool_with_a_set_bootstrap_beside_the_binomial(tmp_path):
-    from mapo.evaluate.blind_pool import pool_scores
+    from mapo.lab.blind.pool import pool_scores
 
     sets = [_scored_set(tmp_path, "s0", CARDS),                    # trained 6 of 6
             _scored_set(tmp_path, "s1", ("career-a", "family-b")),  # trained 4 of 6
@@ -292,7 +292,7 @@ def test_rating_sets_pool_with_a_set_bootstrap_beside_the_binomial(tmp_path):
 
 
 def test_pooling_refuses_sets_of_other_labels_one_set_and_a_folder_without_a_score(tmp_path, monkeypatch):
-    from mapo.evaluate.blind_pool import pool_scores
+    from mapo.lab.blind.pool import pool_scores
 
     ours = _scored_set(tmp_path, "s0", CARDS)
     other = _scored_set(tmp_path, "s1", CARDS, labels=["sft", "rl"])

@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
+from mapo.core.types import Scenario, Trajectory, Turn
 from mapo.envs.dynamics import epmq, levels_to_vector
 from mapo.envs.empathy.cards import EmpathyScenario
 from mapo.evaluate.empa import aggregate, dialogue_metrics, outcome_of, per_scenario, transcript_record
-from mapo.types import Scenario, Trajectory, Turn
 
 NEUTRAL = {"C_prog": 0, "A_prog": 0, "P_prog": 0, "C_neg": 0, "A_neg": 0, "P_neg": 0}
 

@@ -71,7 +71,7 @@ def test_eval_summary_monitors_hacking_against_what_the_user_had_said_so_far():
 
 def _train_tiny_run(tmp_path):
     from mapo.config import load_config
-    from mapo.trainer import train
+    from mapo.core.trainer import train
 
     config = load_config(None, [
         "policy.model=tiny", "policy.lora.r=4", "policy.lora.alpha=8", "env.name=toy-test", "steps=1",

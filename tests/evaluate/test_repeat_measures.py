@@ -1,5 +1,5 @@
-"""Issue 59's measures on kept dialogues: re-asks by meaning (`mapo.evaluate.reask`) and the judge's
-agreement with a reader once today's judge scores a blind set again (`mapo.evaluate.rescore`).
+"""Issue 59's measures on kept dialogues: re-asks by meaning (`mapo.lab.blind.reask`) and the judge's
+agreement with a reader once today's judge scores a blind set again (`mapo.lab.blind.rescore`).
 
 Every dialogue here is written for these tests, on a real card of the test split; the blind set
 is written by `write_blind` from two eval folders in `mapo eval`'s format; the judge and the
@@ -11,11 +11,11 @@ import json
 
 import pytest
 
-from mapo.evaluate.blind_pairs import write_blind
-from mapo.evaluate.dialogue_sets import Dialogue, blind_sides, dialogue_sets
-from mapo.evaluate.reask import reply_repeats, repeat_rates
-from mapo.evaluate.rescore import pooled, rescore_set
 from mapo.evaluate.validity import fallback_verdict
+from mapo.lab.blind.dialogue_sets import Dialogue, blind_sides, dialogue_sets
+from mapo.lab.blind.pairs import write_blind
+from mapo.lab.blind.reask import reply_repeats, repeat_rates
+from mapo.lab.blind.rescore import pooled, rescore_set
 
 CARD = "living-zofia-the-shared-flat"
 PERSON = [
@@ -123,7 +123,7 @@ def test_a_replay_gives_the_epmq_the_environment_gave_the_dialogue_live():
     from mapo.envs.dynamics import epmq
     from mapo.envs.empathy.cards import bundled_scenarios
     from mapo.envs.empathy.env import EmpathyEnvironment
-    from mapo.evaluate.rescore import Replayer
+    from mapo.lab.blind.rescore import Replayer
 
     scenario = next(s for s in bundled_scenarios("test") if s.id == CARD)
     env = EmpathyEnvironment(max_turns=13)

@@ -324,7 +324,7 @@ def test_the_dialogue_times_out_and_refuses_misuse():
     for bad in ({"max_turns": 0}, {"max_turns": "4"}, {"give_up_at": 11}, {"give_up_at": "high"}):
         with pytest.raises(ValueError, match="support-desk environment"):
             SupportDeskEnvironment(**bad)
-    from mapo.types import Scenario
+    from mapo.core.types import Scenario
 
     with pytest.raises(ValueError, match="scenario 'x' has no card"):
         env.reset(Scenario(id="x"))
@@ -341,8 +341,8 @@ def test_scenarios_load_through_the_environment_and_eval_caps_its_turns():
 def test_a_rollout_with_the_tiny_policy_gives_two_axis_states_and_idr_rewards():
     from tiny_policy import tiny_policy
 
-    from mapo.rewards import rewards_from_distances
-    from mapo.rollout import RolloutSpec, rollout
+    from mapo.core.rewards import rewards_from_distances
+    from mapo.core.rollout import RolloutSpec, rollout
 
     scenarios = load_cards("test")[:2]
     spec = RolloutSpec(scenarios_per_step=2, samples_per_scenario=2, max_turns=2, max_new_tokens=8)

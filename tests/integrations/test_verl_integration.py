@@ -19,7 +19,7 @@ import pytest
 
 from fixture_paths import REPO
 
-from mapo.advantages import compute_batch, compute_group, returns
+from mapo.core.advantages import compute_batch, compute_group, returns
 from mapo.engines.hf import HfEngine
 
 HAS_VERL = importlib.util.find_spec("verl") is not None
@@ -33,7 +33,7 @@ needs_verl = pytest.mark.skipif(
 
 def test_import_mapo_never_imports_verl() -> None:
     code = (
-        "import sys, mapo, mapo.advantages, mapo.rewards, mapo.envs.base, mapo.cli; "
+        "import sys, mapo, mapo.core.advantages, mapo.core.rewards, mapo.envs.base, mapo.cli; "
         "assert 'verl' not in sys.modules, sorted(m for m in sys.modules if m.startswith('verl'))"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)

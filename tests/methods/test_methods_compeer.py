@@ -12,11 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mapo.config import load_config
+from mapo.core.rewards import fill_rewards
+from mapo.core.types import Group, Trajectory, Turn
 from mapo.methods import attached_methods
 from mapo.methods.compeer import Redundancy, apply_redundancy
 from mapo.methods.redundancy import length_coefficient, redundancy_reweight, redundancy_reweight_group
-from mapo.rewards import fill_rewards
-from mapo.types import Group, Trajectory, Turn
 
 
 def bag_of_words_cosine(a: list[str], b: list[str]) -> np.ndarray:
@@ -256,8 +256,8 @@ class RecordingEnvironment:
 
 
 def test_reasoning_environment_passes_only_the_reply_and_format_reward_is_added():
+    from mapo.core.types import Scenario
     from mapo.methods.compeer import ReasoningEnvironment, apply_format_reward
-    from mapo.types import Scenario
 
     env = ReasoningEnvironment(RecordingEnvironment())
     env.reset(Scenario(id="x"))

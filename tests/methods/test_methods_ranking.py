@@ -8,10 +8,10 @@ import pytest
 from scripted_client import ScriptedClient
 from tiny_policy import ToyEnvironment, tiny_policy, toy_scenarios
 
+from mapo.core.rollout import RolloutSpec
 from mapo.methods.branching import branching_rollout
 from mapo.methods.ranking import Candidate, LLMRanker, OfflineRanker
 from mapo.methods.rapo import Rapo, RapoSpec, ranking_advantages
-from mapo.rollout import RolloutSpec
 
 CANDIDATES = [
     Candidate("I hear you.", "Thanks, I guess.", 0.0, {"C_prog": 0}),

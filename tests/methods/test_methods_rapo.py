@@ -11,6 +11,8 @@ from scripted_client import ScriptedClient
 from tiny_policy import ToyEnvironment, tiny_policy, toy_scenarios
 
 from mapo.config import ConfigError, load_config
+from mapo.core.rollout import RolloutSpec, rollout
+from mapo.core.types import Group, Trajectory, Turn
 from mapo.methods.distillation import reply_logprobs, topk_reverse_kl
 from mapo.methods.ranking import critique_from_levels
 from mapo.methods.rapo import (
@@ -22,8 +24,6 @@ from mapo.methods.rapo import (
     select_pivotal,
     worst_turn,
 )
-from mapo.rollout import RolloutSpec, rollout
-from mapo.types import Group, Trajectory, Turn
 
 # ---------------------------------------------------------------- the top-K reverse KL
 

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from mapo.config import load_config
+from mapo.core.trainer import train
 from mapo.run_folder import RunFolder
-from mapo.trainer import train
 
 TINY = [
     "env.name=empathy",

@@ -33,12 +33,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mapo.core.types import Scenario
 from mapo.envs.base import Environment, StepResult, register_environment
-from mapo.envs.empathy.env import LISTENER_PROMPT
 from mapo.envs.emotion.judges import EmotionJudge, LLMEmotionJudge, OfflineEmotionJudge
 from mapo.envs.emotion.persona import START_RANGE, Persona, load_personas, seeded_emotion
 from mapo.envs.emotion.user import PersonaActor
-from mapo.types import Scenario
+from mapo.envs.empathy.env import LISTENER_PROMPT
 
 
 @dataclass(frozen=True)

@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mapo.core.types import Scenario
 from mapo.envs.empathy.cards import CardError
-from mapo.types import Scenario
 from mapo.validation import json_lines
 
 FIELDS: dict[str, tuple[str, ...]] = {

@@ -32,11 +32,11 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import yaml
 
+from mapo.core.types import AXES
 from mapo.envs.dynamics import LEVEL_KEYS, levels_to_vector, validate_levels
 from mapo.envs.empathy.cards import ScenarioCard
 from mapo.envs.empathy.offline.features import JudgeContext
 from mapo.envs.empathy.roles import Judge, Judgement
-from mapo.types import AXES
 
 Split = Literal["calibration", "heldout", "adversarial", "blind", "policy", "all"]
 # calibration: tune on it; heldout: a regression guard (the bundled-card contexts and the

@@ -1,7 +1,7 @@
 """Scenario cards: the YAML schema (pydantic), loading, and the bundled split.
 
 One YAML file per scenario. A folder of cards loads into `EmpathyScenario`s (a
-`mapo.types.Scenario` with EMPA's own fields); a card that fails validation stops
+`mapo.core.types.Scenario` with EMPA's own fields); a card that fails validation stops
 loading with `CardError` naming the file, the field and the reason. The bundled
 cards live in `mapo/data/scenarios/{train,test}/`.
 """
@@ -15,8 +15,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from mapo.core.types import AXES, Scenario
 from mapo.envs.base import scenarios_from_files
-from mapo.types import AXES, Scenario
 from mapo.validation import read_yaml_model
 
 CATEGORIES = ("career", "relationships", "health", "living", "leisure", "values")

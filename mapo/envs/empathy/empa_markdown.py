@@ -47,6 +47,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from mapo.core.types import AXES
 from mapo.envs.dynamics import INDICATOR_KEYS, initial_vector
 from mapo.envs.empathy.cards import CATEGORIES, CardError, EmpathyScenario, ScenarioCard
 from mapo.envs.empathy.empa_sections import (
@@ -63,7 +64,6 @@ from mapo.envs.empathy.empa_sections import (
     prose,
     split_sections,
 )
-from mapo.types import AXES
 from mapo.validation import describe_validation_error, read_text
 
 DEFAULT_SPEAKING_STYLE = "Chats in short, natural messages, like a real person typing to someone online."

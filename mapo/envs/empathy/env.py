@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, fields
 from typing import Any
 
+from mapo.core.types import AXES, Scenario
 from mapo.envs.base import Environment, StepResult, register_environment
 from mapo.envs.dynamics import (
     DynamicsConfig,
@@ -41,7 +42,6 @@ from mapo.envs.dynamics import (
 )
 from mapo.envs.empathy.cards import ScenarioCard, card_scenarios
 from mapo.envs.empathy.roles import ROLE_NAMES, Direction, Judgement, make_role
-from mapo.types import AXES, Scenario
 
 # The policy's system prompt unless the config gives one (rollout.system_prompt).
 LISTENER_PROMPT = (

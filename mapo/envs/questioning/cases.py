@@ -26,9 +26,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mapo.core.types import Scenario
 from mapo.envs.questioning.parse import contains, parse_question, words
 from mapo.envs.questioning.table import Attribute, Table
-from mapo.types import Scenario
 from mapo.validation import read_yaml_model
 
 SPLITS = ("train", "test", "all")

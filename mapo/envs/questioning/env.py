@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
+from mapo.core.types import Scenario
 from mapo.envs.base import Environment, StepResult
 from mapo.envs.questioning.cases import (
     SPLITS,
@@ -48,7 +49,6 @@ from mapo.envs.questioning.game import GameState, chance_distance
 from mapo.envs.questioning.metrics import game_summary
 from mapo.envs.questioning.parse import parse_reply
 from mapo.envs.questioning.table import Table
-from mapo.types import Scenario
 
 VIEWS = ("names", "candidates", "table", "state")
 SCORINGS = ("bits", "forfeit_losses", "forfeit_unsolved", "chance")

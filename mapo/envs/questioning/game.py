@@ -4,7 +4,7 @@ State: the pool, the answers given (attribute -> bool) and the wrongly guessed c
 The candidates still consistent are the pool members that agree with every answer and
 were not guessed wrongly; n_t is their number.
 
-Distance (the K = 1 need, mapo.rewards): D_t = log2(n_t) + solve_bits while unsolved, 0
+Distance (the K = 1 need, mapo.core.rewards): D_t = log2(n_t) + solve_bits while unsolved, 0
 once solved. The `solve_bits` (default 1) are paid only by the right guess: without them
 a dialogue that narrowed the pool to one candidate and never guessed would score as a
 solved one. So a solved game returns log2(pool) + solve_bits under IDR, a game that ends
@@ -29,8 +29,8 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from mapo.envs.questioning.table import Table
 from mapo.envs.questioning.parse import INVALID_REASONS, Move
+from mapo.envs.questioning.table import Table
 
 KINDS = ("question", "repeat", "invalid", "guess_right", "guess_wrong")
 

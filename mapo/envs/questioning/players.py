@@ -1,6 +1,6 @@
 """Reference players of the questioning game, usable wherever a policy is (`--model player:optimal`).
 
-A player is a text-only policy (mapo.rollout.ChatPolicy): it gets each dialogue as chat
+A player is a text-only policy (mapo.core.rollout.ChatPolicy): it gets each dialogue as chat
 messages and returns a reply, so it goes through the same rollout as a model. It reads
 only the conversation: the opening message gives the pool and the askable questions, which
 identify the table (its world knowledge) among the bundled case sets and every case file this

@@ -36,10 +36,10 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
 from verl.utils.profiler import simple_timer
 
-from mapo.integrations.verl.estimators import place_turn_rewards, turn_spans
-from mapo.rewards import REWARD_KINDS, rewards_from_distances
+from mapo.core.rewards import REWARD_KINDS, rewards_from_distances
+from mapo.core.types import Scenario
 from mapo.envs.base import declared, environment_factory, load_scenarios
-from mapo.types import Scenario
+from mapo.integrations.verl.estimators import place_turn_rewards, turn_spans
 
 AGENT_NAME = "mapo_dialogue"
 
@@ -108,7 +108,7 @@ class MapoDialogueAgentLoop(AgentLoopBase):
     - scenarios: where scenario ids are looked up unless the row says otherwise, as
       `mapo train`'s env.scenarios, by the environment's own `load_scenarios`
       ("train" / "test" / "all" bundled cards or a folder of cards for empathy);
-    - reward: per-turn reward kind from `mapo.rewards` ("idr", "adr", "outcome");
+    - reward: per-turn reward kind from `mapo.core.rewards` ("idr", "adr", "outcome");
     - max_turns: stop after this many assistant turns (None: the environment decides);
     - max_tokens_per_turn: cap on one reply's tokens (the dialogue as a whole is
       capped by `rollout.response_length`; a dialogue that fills it ends there).

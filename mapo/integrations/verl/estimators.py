@@ -7,7 +7,7 @@ turn t's reward on the last token of run t (`place_turn_rewards`); an estimator
 reads it back as the sum of `token_level_rewards` over the run (`turn_rewards`;
 a per-token KL penalty from `algorithm.use_kl_in_reward` lands on the turn it
 belongs to). Rows are grouped by verl's `uid` (the `index` argument), the groups go
-to `mapo.advantages.compute_batch`, and every token of turn t gets A_{i,t}; turns
+to `mapo.core.advantages.compute_batch`, and every token of turn t gets A_{i,t}; turns
 beyond the group's T_min get 0.
 
 Registered names (`algorithm.adv_estimator=...`): `mapo` (mixed), `mapo_turn`
@@ -28,9 +28,9 @@ import numpy as np
 import torch
 from verl.trainer.ppo.core_algos import register_adv_est
 
-from mapo.advantages import PARAM_NAMES, compute_batch, returns
+from mapo.core.advantages import PARAM_NAMES, compute_batch, returns
 
-# verl name -> mapo.advantages estimator name
+# verl name -> mapo.core.advantages estimator name
 ESTIMATOR_NAMES: dict[str, str] = {"mapo": "mapo", "mapo_turn": "turn", "mapo_batch": "batch", "mapo_ragged": "mapo_ragged"}
 CONFIG_KEY = "mapo"  # algorithm.mapo.{alpha, eps, scope}
 PARAM_KEYS = tuple(k for k in PARAM_NAMES if k != "gamma")  # gamma is verl's own algorithm.gamma
@@ -157,7 +157,7 @@ def compute_token_advantages(
     index: Any,
     config: Any = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token-level (advantages, returns) for `mapo.advantages` estimator `name` on a verl batch."""
+    """Token-level (advantages, returns) for `mapo.core.advantages` estimator `name` on a verl batch."""
     params = estimator_params(config)
     per_turn = turn_rewards(token_level_rewards, response_mask)
     groups = _groups(index, len(per_turn))
@@ -191,7 +191,7 @@ def _verl_estimator(verl_name: str, mapo_name: str) -> Any:
     estimator.__name__ = f"compute_{verl_name}_advantage"
     estimator.__qualname__ = estimator.__name__
     estimator.__doc__ = (
-        f"verl advantage estimator {verl_name!r}: mapo.advantages {mapo_name!r} on per-turn rewards "
+        f"verl advantage estimator {verl_name!r}: mapo.core.advantages {mapo_name!r} on per-turn rewards "
         "read from token_level_rewards (see mapo.integrations.verl.estimators)."
     )
     return register_adv_est(verl_name)(estimator)

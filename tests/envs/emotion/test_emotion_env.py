@@ -11,13 +11,13 @@ import pytest
 
 from fixture_paths import FIXTURES
 
+from mapo.core.rewards import rewards_from_distances
 from mapo.envs.base import Environment, make_environment
 from mapo.envs.emotion import EmotionEnvironment
 from mapo.envs.emotion.judges import EmotionJudgement, LLMEmotionJudge, OfflineEmotionJudge
 from mapo.envs.emotion.persona import Persona, load_personas
-from mapo.envs.first_person import first_person, pronoun_of
 from mapo.envs.empathy.cards import bundled_scenario_dir, bundled_scenarios, load_card
-from mapo.rewards import rewards_from_distances
+from mapo.envs.first_person import first_person, pronoun_of
 
 PERSONAS = FIXTURES / "personas.jsonl"
 

@@ -6,9 +6,9 @@ from collections.abc import Callable
 
 import pytest
 
+from mapo.core.types import Scenario
 from mapo.envs.empathy.cards import ScenarioCard, bundled_scenarios
 from mapo.envs.empathy.offline.features import JudgeContext
-from mapo.types import Scenario
 
 
 @pytest.fixture(scope="module")

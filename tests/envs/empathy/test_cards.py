@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import yaml
 
+from mapo.core.types import AXES, Scenario
 from mapo.envs.dynamics import initial_vector
 from mapo.envs.empathy.cards import (
     CATEGORIES,
@@ -21,7 +22,6 @@ from mapo.envs.empathy.cards import (
     load_card,
     load_scenarios,
 )
-from mapo.types import AXES, Scenario
 
 EXAMPLE_CARD = bundled_scenario_dir() / "test" / "leisure-noor-dance-class.yaml"
 

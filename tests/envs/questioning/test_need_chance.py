@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from game_play import play
+from mapo.core.rewards import rewards_from_distances
 from mapo.envs.base import load_scenarios, make_environment
 from mapo.envs.questioning.game import win_chance
 from mapo.envs.questioning.players import Player
-from mapo.rewards import rewards_from_distances
 
 TQ = "twenty-questions"
 TIGHT = {"pool_size": 8, "max_turns": 5, "show_turns_left": True, "scoring": "chance"}

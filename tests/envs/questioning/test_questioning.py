@@ -15,12 +15,12 @@ from cli_output import flat
 from game_play import play
 from mapo.cli import app
 from mapo.config import load_config
+from mapo.core.rewards import rewards_from_distances
 from mapo.envs.base import load_scenarios, make_environment
 from mapo.envs.questioning.cases import CaseError, bundled_case_file, forget_case_sets, load_case_set
 from mapo.envs.questioning.parse import parse_reply
 from mapo.envs.questioning.players import Player
 from mapo.evaluate.runner import EvalSpec, run_eval
-from mapo.rewards import rewards_from_distances
 from mapo.sft.demos import write_demos
 
 TQ = "twenty-questions"

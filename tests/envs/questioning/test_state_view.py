@@ -12,12 +12,12 @@ from typer.testing import CliRunner
 from cli_output import flat
 from game_play import play
 from mapo.cli import app
+from mapo.core.rollout import RolloutSpec, rollout
 from mapo.envs.base import environment_factory, load_scenarios, make_environment, reply_context
 from mapo.envs.questioning.cases import bundled_case_file, load_case_set
 from mapo.envs.questioning.metrics import game_summary
 from mapo.envs.questioning.players import Player, known_tables, read_state
 from mapo.evaluate.player_budgets import Setting, play_players
-from mapo.rollout import RolloutSpec, rollout
 from mapo.sft.data import read_dialogues
 from mapo.sft.demos import write_demos
 

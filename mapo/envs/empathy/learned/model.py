@@ -20,9 +20,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mapo.core.types import AXES
 from mapo.envs.dynamics import LEVEL_KEYS, NEG_KEYS, levels_to_vector
 from mapo.envs.empathy.offline.features import JudgeContext
-from mapo.types import AXES
 
 if TYPE_CHECKING:
     import torch

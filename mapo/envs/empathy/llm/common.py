@@ -7,8 +7,8 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from mapo.backends.json_output import ChatClient
+from mapo.core.types import AXES
 from mapo.envs.empathy.llm.prompts import AXIS_NAMES
-from mapo.types import AXES
 
 if TYPE_CHECKING:
     from mapo.envs.dynamics import NeedState
