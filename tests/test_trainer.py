@@ -276,7 +276,7 @@ def test_rollout_metrics_monitor_echo_against_what_the_user_had_said_so_far():
 _KILLER = textwrap.dedent(
     """
     import os, signal, sys
-    from mapo import trainer
+    from mapo.core import trainer
     save = trainer.Trainer.save_checkpoint
     def save_then_die(self, run):  # fault injection: the process dies right after checkpoint 2
         path = save(self, run)
