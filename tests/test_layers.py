@@ -20,8 +20,9 @@ String paths ("mapo.module:object", the registries' built-ins) are checked apart
 name a module that exists and an object defined at its top level.
 
 LAYERS lists the layers lowest first. A module belongs to the entry that is its own name or the
-longest package that holds it (the root package `mapo` only to itself); a module may import its
-own layer and the layers below it. A module no entry holds fails the test: a new top-level module
+longest package that holds it (the packages of ONLY_ITSELF, the root `mapo` and `mapo.core`, hold
+only their own __init__: their modules are placed one by one); a module may import its own layer
+and the layers below it. A module no entry holds fails the test: a new top-level module
 or package is given its place here.
 """
 
@@ -43,7 +44,8 @@ PACKAGE_DIR = Path(__file__).resolve().parent.parent / ROOT
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # the package root (`import mapo` runs it before any submodule: it imports nothing at module
     # level) and the vocabulary with no mapo dependencies
-    ("base", ("mapo", "mapo.core", "mapo.core.types", "mapo.registry", "mapo.validation", "mapo.text", "mapo.intervals")),
+    ("base", ("mapo", "mapo.core", "mapo.core.types", "mapo.registry", "mapo.validation", "mapo.text",
+              "mapo.intervals")),
     # process, machine and run-folder helpers on top of the vocabulary
     ("support", ("mapo.runtime", "mapo.device", "mapo.progress", "mapo.tracking", "mapo.provenance",
                  "mapo.run_folder", "mapo.reliability", "mapo.records", "mapo.degeneracy")),
@@ -69,10 +71,11 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("cli", ("mapo.cli",)),
 ]
 
-# Function-level imports that go up the layers: (importer, imported) -> why it is late.
+# Function-level and type-only imports that go up the layers: (importer, imported) -> why it is late.
 LATE_BINDINGS: dict[tuple[str, str], str] = {
-    ("mapo", "mapo.core.trainer"): "`mapo.train`, the Python API's entry point: every `import mapo.x` runs mapo/__init__ "
-                                   "first, so the trainer (torch, transformers) loads only when train() is called",
+    ("mapo", "mapo.core.trainer"): "`mapo.train`, the Python API's entry point: every `import mapo.x` runs "
+                                   "mapo/__init__ first, so the trainer (torch, transformers) loads only when "
+                                   "train() is called (and its result type, under TYPE_CHECKING)",
     ("mapo", "mapo.config"): "type only: the annotation of `mapo.train`'s config argument",
 }
 
@@ -176,7 +179,8 @@ def find_cycle(graph: Mapping[str, Iterable[str]]) -> list[str] | None:
     return None
 
 
-def layer_index(name: str, layers: list[tuple[str, tuple[str, ...]]], only_itself: Iterable[str] = ONLY_ITSELF) -> int | None:
+def layer_index(name: str, layers: list[tuple[str, tuple[str, ...]]],
+                only_itself: Iterable[str] = ONLY_ITSELF) -> int | None:
     """The layer of module `name`: the entry that is its name or its longest holding package."""
     best: tuple[int, int] | None = None  # (length of the entry, layer)
     for index, (_, entries) in enumerate(layers):
