@@ -6,7 +6,7 @@ MODEL: a policy folder (e.g. a warm start's final/). For each view (`state`: eac
 sequence, after the state it was chosen in; `table`: the whole dialogue as one packed sequence, the
 table in view) it samples one training step's games (2 secrets x 8 dialogues at the tight setting,
 the same secrets and seeds in both views), scores them with MAPO on IDR, and times the update of
-those sequences (the library's `mapo.step.training_batch` and `mapo.update.update`, as a training
+those sequences (the library's `mapo.core.step.training_batch` and `mapo.core.update.update`, as a training
 step runs them) REPEATS times from the same weights, alternating the views. Reported per view:
 tokens fed, trained tokens, sequences, seconds per update (median), and, for the state view, the
 share of tokens in contexts that another reply of the step shares verbatim (what reusing a shared
@@ -24,11 +24,11 @@ from pathlib import Path
 import torch
 
 from mapo.config import load_config
+from mapo.core.rollout import rollout
+from mapo.core.step import advantages_of, score, training_batch
+from mapo.core.update import make_optimizer, update
 from mapo.envs.base import environment_factory, load_scenarios
 from mapo.policy import load_policy
-from mapo.rollout import rollout
-from mapo.step import advantages_of, score, training_batch
-from mapo.update import make_optimizer, update
 
 GAME = {"pool_size": 8, "max_turns": 5, "show_turns_left": True, "scoring": "forfeit_unsolved"}
 
