@@ -290,6 +290,7 @@ def test_a_kill_while_an_old_checkpoint_is_deleted_never_leaves_it_listed_half_g
     assert sorted(p.name for p in run.checkpoints.iterdir()) == ["step-000002", "step-000003"]
 
 
+@pytest.mark.slow  # 33 s: a run killed in a subprocess, then resumed (CI runs the slow tests)
 def test_sigkill_during_a_checkpoint_write_then_resume_reproduces_the_run(tmp_path, uninterrupted):
     out = tmp_path / "run"
     proc = _spawn(out, {"MAPO_TEST_PAUSE_IN_CHECKPOINT": "2"}, resume=False)
@@ -325,6 +326,7 @@ def test_resume_keeps_the_ema_teacher_of_self_distillation(tmp_path):
     _assert_same_run(resumed.read_metrics(), full.read_metrics())
 
 
+@pytest.mark.slow  # 40-50 s each: a run stopped in a subprocess, then resumed (CI runs the slow tests)
 @pytest.mark.parametrize("sent", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_ctrl_c_or_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, uninterrupted, sent):
     """SIGTERM is what `kill` and a scheduler's pre-emption send: it stops at a checkpoint as Ctrl-C does."""
