@@ -392,7 +392,8 @@ def test_a_tiny_ablation_runs_skips_finished_units_and_resumes_a_cut_run(tmp_pat
     assert steps == [1, 2]
 
 
-@pytest.mark.parametrize("jobs", [1, pytest.param(2, marks=pytest.mark.slow)])  # 2: worker processes, a minute
+@pytest.mark.slow  # 24 s with one job, a minute with two worker processes (CI runs the slow tests)
+@pytest.mark.parametrize("jobs", [1, 2])
 def test_a_failing_unit_is_reported_at_once_and_the_others_still_run(tmp_path, jobs):
     """One unit's run folder is corrupt (a real failure, no mock): the ablation says so when it happens,
     runs the other units, writes their tables, and ends with an error naming the unit and how to
@@ -736,6 +737,7 @@ def test_ctrl_c_of_a_serial_ablation_says_how_to_resume(tmp_path, monkeypatch):
     assert f"Continue with: mapo ablate --resume {out}" in result.output
 
 
+@pytest.mark.slow  # 21 s: a tiny ablation stopped mid-unit (CI runs the slow tests)
 def test_a_stop_during_a_unit_s_last_step_stops_the_ablation_before_its_evaluation(tmp_path):
     """SIGTERM in the last step's update: the run finishes (final/ written), and the ablation stops
     there instead of going on to evaluate; the rerun evaluates it without training again."""

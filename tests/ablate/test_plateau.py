@@ -136,6 +136,7 @@ def test_each_unit_is_reported_at_its_own_stopping_step_with_its_held_out_curve(
 # ---------------------------------------------------------------- a tiny ablation stopped by it
 
 
+@pytest.mark.slow  # 16-32 s: a tiny ablation trained, cut, grown and rerun (CI runs the slow tests)
 def test_a_tiny_ablation_stops_at_the_plateau_skips_on_rerun_and_resumes_where_it_was_cut(tmp_path):
     """The toy's held-out success is 0 throughout (2 turns: the empathy task checks success from turn
     12), so with every=1, patience=2 the unit stops at step 3 of at most 6. First run with a cap of 2
