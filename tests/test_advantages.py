@@ -285,3 +285,11 @@ def test_shape_kept_and_never_nan(rewards, name, alpha):
 @given(group)
 def test_reinforce_pp_on_one_group_equals_grpo(rewards):
     assert compute_group("reinforce_pp", rewards) == compute_group("grpo", rewards)
+
+
+def test_the_design_contract_path_is_the_core_estimator():
+    import mapo.advantages
+    import mapo.core.advantages
+
+    assert mapo.advantages.compute_group is mapo.core.advantages.compute_group
+    assert mapo.advantages.compute_group("grpo", [[1.0, 0.0], [0.0]]) == compute_group("grpo", [[1.0, 0.0], [0.0]])

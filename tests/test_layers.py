@@ -56,7 +56,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("engines", ("mapo.engines",)),
     # the RL core up to the loss: Scenario -> rollout -> Group -> rewards -> advantages -> losses
     ("core", ("mapo.core.rollout", "mapo.core.rewards", "mapo.core.advantage_input", "mapo.core.advantages",
-              "mapo.core.advantage_state", "mapo.core.losses")),
+              "mapo.core.advantage_state", "mapo.core.losses", "mapo.advantages")),
     ("methods", ("mapo.methods",)),  # RAPO, COMPEER: hooks into the step
     # the training config (the core's specs in one YAML), and opening a run folder with it
     ("config", ("mapo.config", "mapo.run_start")),
