@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mapo.lab.ablate.plan import AblationPlan, EvalBudget
+from mapo.lab.ablate.plan import AblationPlan, game_setting_plan
 from mapo.lab.ablate.plateau import PlateauStop
 
 VARIANTS = ["mapo-idr-lr2e-4", "grpo-idr-lr2e-4", "mapo_ragged-idr-lr2e-4", "mapo_state-idr-lr2e-4"]
@@ -31,24 +31,8 @@ def state_options(pool_size: int, replies: int) -> dict[str, Any]:
 
 
 def _plan(name: str, pool_size: int, replies: int, seeds: list[int]) -> AblationPlan:
-    options = state_options(pool_size, replies)
-    flow = ", ".join(f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in options.items())
-    train = [
-        "env.name=twenty-questions",
-        f"env.options={{{flow}}}",
-        "rollout.scenarios_per_step=2",
-        "rollout.samples_per_scenario=8",
-        f"rollout.max_turns={replies}",
-        "rollout.max_new_tokens=24",
-        "rollout.max_sentences=1",
-        "checkpoint_every=5",
-        "transcripts_every=10",
-        f"policy.model={WARM_START}",
-    ]
-    evaluation = EvalBudget(env="twenty-questions", env_options=options, scenarios="test", samples=8,
-                            max_turns=replies, max_new_tokens=24, max_sentences=1)
-    return AblationPlan(variants=list(VARIANTS), seeds=seeds, steps=200, train=train, eval=evaluation,
-                        stop=PlateauStop(every=10, patience=3, min_gain=0.02, metric="pass_rate"), name=name)
+    return game_setting_plan(name, state_options(pool_size, replies), replies, WARM_START, VARIANTS, seeds, 200,
+                             transcripts_every=10, stop=PlateauStop(every=10, patience=3, min_gain=0.02))
 
 
 def state_tight_plan() -> AblationPlan:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mapo.lab.ablate.plan import AblationPlan, CurveBudget, EvalBudget
+from mapo.lab.ablate.plan import AblationPlan, CurveBudget, game_setting_plan
 
 VARIANTS = ["mapo-idr-lr2e-4", "grpo-idr-lr2e-4", "mapo_ragged-idr-lr2e-4"]
 SEEDS = [0, 1, 2, 3, 4]
@@ -47,24 +47,8 @@ def table_options(pool_size: int, replies: int, need: str = "bits", show_table: 
 
 def _plan(name: str, pool_size: int, replies: int, steps: int, need: str = "bits",
           show_table: bool = True) -> AblationPlan:
-    options = table_options(pool_size, replies, need, show_table)
-    flow = ", ".join(f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in options.items())
-    train = [
-        "env.name=twenty-questions",
-        f"env.options={{{flow}}}",
-        "rollout.scenarios_per_step=2",
-        "rollout.samples_per_scenario=8",
-        f"rollout.max_turns={replies}",
-        "rollout.max_new_tokens=24",
-        "rollout.max_sentences=1",
-        "checkpoint_every=5",
-        "transcripts_every=5",
-        f"policy.model={WARM_START}",
-    ]
-    evaluation = EvalBudget(env="twenty-questions", env_options=options, scenarios="test", samples=8,
-                            max_turns=replies, max_new_tokens=24, max_sentences=1)
-    return AblationPlan(variants=list(VARIANTS), seeds=list(SEEDS), steps=steps, train=train, eval=evaluation,
-                        curve=CurveBudget(every=5, samples=2), name=name)
+    return game_setting_plan(name, table_options(pool_size, replies, need, show_table), replies, WARM_START,
+                             VARIANTS, SEEDS, steps, curve=CurveBudget(every=5, samples=2))
 
 
 def table_tight_plan() -> AblationPlan:

@@ -253,11 +253,40 @@ def game_plan() -> AblationPlan:
     )
 
 
+def options_override(options: dict[str, Any]) -> str:
+    """`env.options=` as a `--set` override: the options in YAML flow ({pool_size: 8, view: state})."""
+    flow = ", ".join(f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in options.items())
+    return f"env.options={{{flow}}}"
+
+
+def game_setting_plan(name: str, options: dict[str, Any], replies: int, warm_start: str, variants: Sequence[str],
+                      seeds: Sequence[int], steps: int, transcripts_every: int = 5,
+                      curve: CurveBudget | None = None, stop: PlateauStop | None = None) -> AblationPlan:
+    """A study of the questioning game at one setting (`options`, `replies` a game) from `warm_start`:
+    2 scenarios x 8 games a step with one short question or guess a reply, held out on the test secrets
+    x 8 games at the same setting. The experiments' plans (experiments/game_*/plan.py) are built here."""
+    train = [
+        "env.name=twenty-questions",
+        options_override(options),
+        "rollout.scenarios_per_step=2",
+        "rollout.samples_per_scenario=8",
+        f"rollout.max_turns={replies}",
+        "rollout.max_new_tokens=24",
+        "rollout.max_sentences=1",
+        "checkpoint_every=5",
+        f"transcripts_every={transcripts_every}",
+        f"policy.model={warm_start}",
+    ]
+    evaluation = EvalBudget(env="twenty-questions", env_options=dict(options), scenarios="test", samples=8,
+                            max_turns=replies, max_new_tokens=24, max_sentences=1)
+    return AblationPlan(variants=list(variants), seeds=list(seeds), steps=steps, train=train, eval=evaluation,
+                        curve=curve or CurveBudget(), stop=stop or PlateauStop(), name=name)
+
+
 def with_env_options(plan: AblationPlan, options: dict[str, Any], name: str) -> AblationPlan:
     """`plan` renamed `name`, training and evaluated on the environment `options` (its training
     settings' `env.options=` replaced by them, in YAML flow): the game template under other rules."""
-    flow = ", ".join(f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in options.items())
-    train = [f"env.options={{{flow}}}" if setting.startswith("env.options=") else setting for setting in plan.train]
+    train = [options_override(options) if setting.startswith("env.options=") else setting for setting in plan.train]
     return dataclasses.replace(plan, train=train, eval=dataclasses.replace(plan.eval, env_options=dict(options)), name=name)
 
 
