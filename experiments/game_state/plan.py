@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mapo.lab.ablate.plan import AblationPlan, game_setting_plan
+from mapo.lab.ablate.plan import AblationPlan, questioning_plan
 from mapo.lab.ablate.plateau import PlateauStop
 
 VARIANTS = ["mapo-idr-lr2e-4", "grpo-idr-lr2e-4", "mapo_ragged-idr-lr2e-4", "mapo_state-idr-lr2e-4"]
@@ -31,7 +31,7 @@ def state_options(pool_size: int, replies: int) -> dict[str, Any]:
 
 
 def _plan(name: str, pool_size: int, replies: int, seeds: list[int]) -> AblationPlan:
-    return game_setting_plan(name, state_options(pool_size, replies), replies, WARM_START, VARIANTS, seeds, 200,
+    return questioning_plan(name, state_options(pool_size, replies), replies, WARM_START, VARIANTS, seeds, 200,
                              transcripts_every=10, stop=PlateauStop(every=10, patience=3, min_gain=0.02))
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mapo.lab.ablate.plan import AblationPlan, CurveBudget, game_setting_plan
+from mapo.lab.ablate.plan import AblationPlan, CurveBudget, questioning_plan
 
 VARIANTS = ["mapo-idr-lr2e-4", "grpo-idr-lr2e-4", "mapo_ragged-idr-lr2e-4"]
 SEEDS = [0, 1, 2, 3, 4]
@@ -47,7 +47,7 @@ def table_options(pool_size: int, replies: int, need: str = "bits", show_table: 
 
 def _plan(name: str, pool_size: int, replies: int, steps: int, need: str = "bits",
           show_table: bool = True) -> AblationPlan:
-    return game_setting_plan(name, table_options(pool_size, replies, need, show_table), replies, WARM_START,
+    return questioning_plan(name, table_options(pool_size, replies, need, show_table), replies, WARM_START,
                              VARIANTS, SEEDS, steps, curve=CurveBudget(every=5, samples=2))
 
 

@@ -259,7 +259,7 @@ def options_override(options: dict[str, Any]) -> str:
     return f"env.options={{{flow}}}"
 
 
-def game_setting_plan(name: str, options: dict[str, Any], replies: int, warm_start: str, variants: Sequence[str],
+def questioning_plan(name: str, options: dict[str, Any], replies: int, warm_start: str, variants: Sequence[str],
                       seeds: Sequence[int], steps: int, transcripts_every: int = 5,
                       curve: CurveBudget | None = None, stop: PlateauStop | None = None) -> AblationPlan:
     """A study of the questioning game at one setting (`options`, `replies` a game) from `warm_start`:
