@@ -11,6 +11,10 @@
 # 3. The held-out evaluation at the same setting, 20 test secrets x 8 games, the three reference players
 #    beside it (eval.json's summary.references); OUT/warm_start_eval.json is its summary.
 # Resumable: a finished step is skipped, an interrupted SFT resumes from its last checkpoint.
+# The model is not committed (the tracked tree's 32 MiB would not hold its 7.8 MB adapter): rebuilt on the
+# project's AMD EPYC it evaluates exactly as the committed warm_start_eval.json (2026-12-01 and 12-02), so
+# shares of the study run there pair by seed; a rebuild on another CPU differs in float32's last bits, and
+# `mapo ablate --export` refuses to pair a seed's runs across two starts.
 set -euo pipefail
 OUT=${1:-runs/game-state-warm}
 GAMES=${2:-100}

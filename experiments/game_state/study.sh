@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The state-view study, a share at a time, by one command:
+#   bash experiments/game_state/study.sh PLAN SEED VARIANT... (PLAN: tight | long)
+#   e.g. bash experiments/game_state/study.sh tight 0 mapo_state-idr-lr2e-4 grpo-idr-lr2e-4
+# 1. The weak warm start, rebuilt if runs/game-state-warm lacks it (build_warm_start.sh, about 20 minutes).
+# 2. `mapo ablate` on those units of the plan (experiments/game_state/plan.py), two at a time, each to its
+#    plateau; a rerun resumes a cut one from its last checkpoint.
+# 3. Whenever a unit finishes, the finished units are exported without their weights into
+#    docs/study/game-state-PLAN (a share of the study: later sessions add theirs) and, with COMMIT=1,
+#    committed, so a session that ends mid-study keeps every finished unit.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+PLAN=$1
+SEED=$2
+shift 2
+RUN=runs/game-state-$PLAN
+EXPORT=docs/study/game-state-$PLAN
+bash experiments/game_state/build_warm_start.sh runs/game-state-warm
+VARIANTS=()
+for v in "$@"; do VARIANTS+=(--variant "$v"); done
+
+export_finished() {
+    [ -f "$RUN/plan.json" ] || return 0
+    mapo ablate --resume "$RUN" --export "$EXPORT" >/dev/null 2>&1 || return 0
+    mapo ablate --resume "$EXPORT" --report >/dev/null 2>&1 || true
+    if [ "${COMMIT:-0}" = 1 ] && [ -n "$(git status --porcelain -- "$EXPORT")" ]; then
+        git add "$EXPORT" && git commit -q -m "docs/study/game-state-$PLAN: finished units exported ($(date -u +%H:%M))" -- "$EXPORT"
+    fi
+}
+
+if [ -f "$RUN/plan.json" ]; then
+    mapo ablate --resume "$RUN" --jobs 2 &
+else
+    mapo ablate --plan "experiments.game_state.plan:state_${PLAN}_plan" --seed "$SEED" "${VARIANTS[@]}" --jobs 2 \
+        --output "$RUN" &
+fi
+ABLATE=$!
+finished() { ls "$RUN"/evals/*/eval.json 2>/dev/null | sort | tr '\n' ' '; }
+seen=$(finished)
+while kill -0 "$ABLATE" 2>/dev/null; do
+    sleep 60
+    now=$(finished)
+    if [ "$now" != "$seen" ]; then export_finished; seen=$now; fi
+done
+wait "$ABLATE"
+export_finished
