@@ -237,6 +237,75 @@ def test_an_unsupported_architecture_falls_back_to_hf_under_auto(tmp_path):
     assert resolve_engine("auto", policy) == "hf"
 
 
+# -- continuous batching: the rollout on vLLM ----------------------------------------------------
+
+
+def _continuous(policy, engine, seed: int, end_early: bool = True, on_turn=None):
+    from tiny_policy import ToyEnvironment, toy_scenarios
+
+    from mapo.core.rollout import RolloutSpec, rollout
+
+    spec = RolloutSpec(scenarios_per_step=2, samples_per_scenario=2, max_turns=3, max_new_tokens=12,
+                       max_sentences=1, temperature=TEMPERATURE)
+    torch.manual_seed(seed)
+    return rollout(policy, toy_scenarios(2), lambda: ToyEnvironment(end_early=end_early), spec, seed=seed,
+                   engine=engine, on_turn=on_turn)
+
+
+def test_a_continuous_rollout_trains_what_was_sampled_and_repeats_with_its_seed(llama):
+    """On vLLM the rollout batches continuously (a dialogue's next reply starts when its environment has
+    answered). Its trajectories hold the sampled ids in place, with log-probs the trainer computes to
+    float error; the same torch seed gives the same dialogues; each reply counts once in `on_turn`."""
+    from mapo.core.losses import check_reply_ids
+    from mapo.engines.base import ContinuousEngine
+
+    policy, engine = llama
+    assert isinstance(engine, ContinuousEngine)
+    engine.sync(0)
+    calls = []
+    groups = _continuous(policy, engine, seed=3, on_turn=lambda t, sampled, going: calls.append((t, sampled, going)))
+    trajectories = [t for g in groups for t in g.trajectories]
+    turns = [turn for t in trajectories for turn in t.turns]
+    assert len(turns) == len(calls) and {sampled for _, sampled, _ in calls} == {1}
+    assert sum(going == 0 for *_, going in calls) == len(trajectories)  # each dialogue ends once
+    gaps = []
+    for t in trajectories:
+        check_reply_ids(t)
+        ids = torch.tensor([t.token_ids])
+        targets = torch.zeros_like(ids, dtype=torch.bool)
+        for turn in t.turns:
+            targets[0, turn.prompt_length: turn.prompt_length + len(turn.response_ids)] = True
+        with torch.no_grad():
+            logp, _ = policy.token_logprobs(ids, torch.ones_like(ids), targets, temperature=TEMPERATURE)
+        gaps += [abs(a - b) for a, b in zip(logp[0].tolist(), [x for turn in t.turns for x in turn.old_logprobs])]
+    assert gaps and max(gaps) < 1e-3
+    again = _continuous(policy, engine, seed=3)
+    assert [[turn.response_ids for turn in t.turns] for g in again for t in g.trajectories] == \
+        [[turn.response_ids for turn in t.turns] for t in trajectories]
+    other = _continuous(policy, engine, seed=4)
+    assert [t.token_ids for g in other for t in g.trajectories] != [t.token_ids for t in trajectories]
+
+
+def test_a_fault_while_decoding_continuously_is_an_engine_error_and_leaves_no_reply_behind(llama, monkeypatch):
+    policy, engine = llama
+    engine.sync(0)
+    real, steps = engine.llm.llm_engine.step, []
+
+    def failing():
+        steps.append(1)
+        if len(steps) == 3:
+            raise RuntimeError("injected fault in the scheduler")
+        return real()
+
+    monkeypatch.setattr(engine.llm.llm_engine, "step", failing)
+    with pytest.raises(EngineError, match=r"vllm engine failed while sampling \(\d+ replies under way\): "
+                                          r"RuntimeError: injected"):
+        _continuous(policy, engine, seed=1, end_early=False)
+    monkeypatch.setattr(engine.llm.llm_engine, "step", real)
+    assert not engine.llm.llm_engine.has_unfinished_requests()
+    assert len(engine.sample(_contexts(policy, 2), 5, TEMPERATURE)) == 2  # the engine serves on
+
+
 # -- faults in a training run ---------------------------------------------------------------------
 
 RUN = ["policy.model=tiny", "policy.lora.r=4", "threads=1", "steps=3", "checkpoint_every=1", "seed=7",
@@ -248,7 +317,6 @@ RUN = ["policy.model=tiny", "policy.lora.r=4", "threads=1", "steps=3", "checkpoi
 def test_a_vllm_fault_mid_rollout_stops_at_the_checkpoint_and_resume_reproduces_the_run(tmp_path, monkeypatch):
     """The engine raises while step 2 samples (fault injection): the run stops with a message naming the
     fault and the checkpoint of step 1, and `--resume` finishes it exactly as an uninterrupted run."""
-    import mapo.engines.vllm_engine as vllm_engine
     from mapo.config import load_config
     from mapo.core.trainer import train
     from mapo.reliability import TrainingStopped
@@ -259,19 +327,24 @@ def test_a_vllm_fault_mid_rollout_stops_at_the_checkpoint_and_resume_reproduces_
 
     full = RunFolder(train(load_config(None, RUN), output=tmp_path / "full", show_progress=False).run_dir)
     assert json.loads((full.path / "provenance.jsonl").read_text().splitlines()[0])["rollout_engine"]["name"] == "vllm"
-    llm_class = vllm_engine.import_vllm().LLM
-    real, calls = llm_class.generate, []
+    from vllm.v1.engine.llm_engine import LLMEngine
 
-    def failing(self, prompts, params, **kwargs):
-        calls.append(params[0].max_tokens > 1)  # a reply, not the prefill of a shared opening
-        if sum(calls) == 3 and calls[-1]:  # step 2's first wave (each step: two waves, one turn each)
+    real_add, real_step, added = LLMEngine.add_request, LLMEngine.step, []
+
+    def counting(self, request_id, *args, **kwargs):
+        added.append(request_id.startswith("mapo-"))  # a reply, not the prefill of a shared opening
+        return real_add(self, request_id, *args, **kwargs)
+
+    def failing(self):
+        if sum(added) > 8:  # step 2's replies are under way (each step: 4 dialogues x 2 turns)
             raise RuntimeError("injected: the CPU backend ran out of KV blocks")
-        return real(self, prompts, params, **kwargs)
+        return real_step(self)
 
-    monkeypatch.setattr(llm_class, "generate", failing)
+    monkeypatch.setattr(LLMEngine, "add_request", counting)
+    monkeypatch.setattr(LLMEngine, "step", failing)
     with pytest.raises(TrainingStopped, match=r"(?s)step 2: the vllm engine failed while sampling.*injected.*"
                                               r"step-000001.*mapo train --resume"):
         train(load_config(None, RUN), output=tmp_path / "run", show_progress=False)
-    monkeypatch.setattr(llm_class, "generate", real)
+    monkeypatch.setattr(LLMEngine, "step", real_step)
     resumed = RunFolder(train(resume=tmp_path / "run", show_progress=False).run_dir)
     _assert_same_run(resumed.read_metrics(), full.read_metrics())

@@ -1,7 +1,10 @@
 """Batched multi-turn rollouts: B scenarios x N trajectories, token ids kept end to end.
 
-In waves: at every turn index the still-active dialogues are sampled together in one batched
-engine call, then their environments step concurrently (LLM-backed roles do HTTP). Each dialogue's ids grow incrementally: the rendered prompt of each new user
+On an engine that batches continuously (mapo.engines.base.ContinuousEngine: vLLM), a dialogue's
+next reply is submitted as soon as its environment has answered, so short replies never wait for
+a long one; each reply's seed is its dialogue's and turn's, drawn from one torch draw per rollout.
+Otherwise in waves: at every turn index the still-active dialogues are sampled together in one
+batched engine call, then their environments step concurrently (LLM-backed roles do HTTP). Each dialogue's ids grow incrementally: the rendered prompt of each new user
 message (tokenised once) is appended, then the sampled reply ids as they are (plus
 the end-of-turn id when the reply was cut at `max_new_tokens`). So the ids a turn is
 trained on are, by construction, the ids that were sampled.
@@ -21,9 +24,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+import torch
+
 from mapo.core.types import Group, Scenario, Trajectory, Turn
 from mapo.engines import ENGINE_CHOICES
-from mapo.engines.base import KVCache, RolloutEngine, Sample
+from mapo.engines.base import ContinuousEngine, KVCache, ReplyRequest, RolloutEngine, Sample
 from mapo.engines.hf import HfEngine
 from mapo.engines.vllm_setup import VllmSpec
 from mapo.envs.base import Environment, environment_system_prompt, reply_context
@@ -218,7 +223,10 @@ def rollout(
         if not text_only and d.context_message is None:
             d.trajectory.token_ids = policy.first_prompt_ids(d.trajectory.system_prompt, opening)
 
-    _roll_in_waves(policy, dialogues, engine, spec, pool, timings, on_turn, text_only)
+    if isinstance(engine, ContinuousEngine) and not text_only:
+        _roll_continuously(policy, dialogues, engine, spec, pool, timings, on_turn)
+    else:
+        _roll_in_waves(policy, dialogues, engine, spec, pool, timings, on_turn, text_only)
 
     groups = []
     for s, scenario in enumerate(scenarios):
@@ -336,3 +344,53 @@ def _roll_in_waves(
             _record_step(policy, d, t, turn, result, spec, text_only)
         if on_turn is not None:
             on_turn(t, len(active), sum(not d.done for d in dialogues))
+
+
+def reply_seed(base: int, dialogue: int, turn: int) -> int:
+    """The seed of dialogue `dialogue`'s reply at `turn` under continuous batching: its own, whatever
+    else the batch holds, so a rerun with the same torch seed samples the same dialogues."""
+    return (base + 1_000_003 * dialogue + turn) % 2**62
+
+
+def _roll_continuously(
+    policy: Any, dialogues: list[_Dialogue], engine: ContinuousEngine, spec: RolloutSpec,
+    pool: ThreadPoolExecutor | None, timings: dict[str, float], on_turn: Callable[[int, int, int], None] | None,
+) -> None:
+    """Every dialogue's reply in the engine's running batch; as replies end, their environments step
+    and the dialogues that go on submit their next reply. `on_turn(t, 1, 1 or 0)` per reply (whether
+    its dialogue goes on), which counts as the waves' calls do."""
+    base = int(torch.randint(0, 2**62, (1,)))
+    turn_of: dict[int, int] = {}
+
+    def requests(ready: list[int]) -> list[ReplyRequest]:
+        asked = []
+        for k in ready:
+            d, t = dialogues[k], turn_of.get(k, 0) + 1
+            if d.done or t > spec.max_turns or not _has_room(d, spec, t):
+                continue
+            turn_of[k] = t
+            asked.append(ReplyRequest(k, _prompt_ids(d), spec.max_new_tokens, spec.temperature, spec.top_p,
+                                      spec.max_sentences, reply_seed(base, k, t)))
+        return asked
+
+    try:
+        engine.submit(requests(list(range(len(dialogues)))))
+        while True:
+            clock = time.perf_counter()
+            replies = engine.finished()
+            timings["generate"] += time.perf_counter() - clock
+            if not replies:
+                return
+            ended = [(dialogues[k], k, turn_of[k], sample) for k, sample in replies]
+            turns = [_record_reply(policy, d, t, sample, policy.decode(sample.ids), False) for d, _, t, sample in ended]
+            clock = time.perf_counter()
+            results = _map(pool, lambda pair: pair[0].env.step(pair[1].response), [(d, turn) for (d, *_), turn in zip(ended, turns)])
+            timings["env"] += time.perf_counter() - clock
+            for (d, _, t, _), turn, result in zip(ended, turns, results):
+                _record_step(policy, d, t, turn, result, spec, False)
+            engine.submit(requests([k for _, k, _, _ in ended]))
+            if on_turn is not None:
+                for d, _, t, _ in ended:
+                    on_turn(t, 1, int(not d.done))
+    finally:
+        engine.cancel()  # an exception or an interrupt leaves no reply running

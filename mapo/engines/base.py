@@ -11,9 +11,9 @@ are not that version raises `StaleWeightsError` instead of sampling from an old 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -95,6 +95,41 @@ class RolloutEngine(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class ReplyRequest:
+    """One reply to sample on its own schedule (`ContinuousEngine.submit`): the context's ids, the
+    stop rules, and the seed of its draw (a dialogue's turn: the same seed, the same reply)."""
+
+    key: Hashable
+    context: Sequence[int]
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    max_sentences: int | None
+    seed: int
+
+
+@runtime_checkable
+class ContinuousEngine(RolloutEngine, Protocol):
+    """An engine that batches continuously: a reply joins the running batch when it is submitted
+    and leaves it when it ends, so a dialogue's next turn starts while others still decode, rather
+    than every turn waiting for the longest reply of its wave (mapo.core.rollout uses it when the
+    engine has it)."""
+
+    def submit(self, requests: Sequence[ReplyRequest]) -> None:
+        """Add `requests` to the running batch."""
+        ...
+
+    def finished(self) -> list[tuple[Hashable, Sample]]:
+        """Decode until at least one submitted reply ends; (key, sample) of those that did, [] when
+        none is left. An EngineError leaves no request behind."""
+        ...
+
+    def cancel(self) -> None:
+        """Drop every submitted reply not returned yet (an interrupted rollout)."""
+        ...
 
 
 def require_version(engine_name: str, have: int, want: int) -> None:

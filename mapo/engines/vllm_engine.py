@@ -8,10 +8,14 @@ public `LLM` API only.
   policy's current weights in, LoRA merged (mapo.engines.weights), through
   `collective_rpc("reload_weights")`, then clears the prefix cache. A plain
   `load_weights` is refused by the CPU backend, which prepacks its linear weights.
-- Sampling: one `generate` call per wave of contexts, token ids in and out. The log-probs
+- Sampling: continuous batching through vLLM's `LLMEngine` (`LLM.llm_engine`: `add_request`,
+  `step`): a reply joins the running batch when its dialogue is ready and leaves it when it ends
+  (`submit` / `finished`, mapo.engines.base.ContinuousEngine), so no turn waits for the slowest
+  reply of a wave; `sample` is one `generate` call per wave. Token ids in and out. The log-probs
   are vLLM's `processed_logprobs`: after the temperature and top-p, the distribution each
-  id was drawn from, as `Policy.token_logprobs` computes it. Each context has its own seed,
-  drawn from torch's generator, so a seeded trainer samples the same dialogues again.
+  id was drawn from, as `Policy.token_logprobs` computes it. Each reply has its own seed (the
+  rollout's: one per dialogue and turn; `sample`'s: drawn from torch's generator), so a seeded
+  trainer samples the same dialogues again.
 - Stop rules: vLLM stops at the end-of-turn id and the token cap; the sentence limit has no
   vLLM counterpart, so the reply is cut on its sampled ids (mapo.engines.stops): the trained
   ids are a prefix of the sampled ones, and their log-probs did not depend on what followed.
@@ -24,6 +28,7 @@ import atexit
 import contextlib
 import copy
 import gc
+import itertools
 import json
 import logging
 import os
@@ -31,14 +36,14 @@ import shutil
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from mapo.engines.base import EngineError, KVCache, Sample, SyncStats, require_version
+from mapo.engines.base import EngineError, KVCache, ReplyRequest, Sample, SyncStats, require_version
 from mapo.engines.hf import reply_text
 from mapo.engines.stops import sentence_stop
 from mapo.engines.vllm_sentences import sentence_limit_processor
@@ -115,6 +120,8 @@ class VllmEngine:
         self.version = -1
         self.restarts = 0  # the engine runs in this process: nothing to restart, kept for the metrics
         self.stats: Counter[str] = Counter()
+        self._pending: dict[str, tuple[Hashable, int | None]] = {}  # submitted, not returned: key, sentence limit
+        self._request_ids = itertools.count()
         problem = supports(policy.model)
         if problem:
             raise EngineError(f"rollout.engine=vllm: {problem}")
@@ -226,30 +233,87 @@ class VllmEngine:
     ) -> list[Sample]:
         """`HfEngine.sample`'s contract, sampled by vLLM; `caches` and `keep_cache` are not needed
         (prefix caching keeps a dialogue's earlier turns)."""
+        seeds = torch.randint(0, 2**62, (len(contexts),)).tolist()  # from torch's generator: a seeded run repeats
+        params = [self._sampling(max_new_tokens, temperature, top_p, max_sentences, seed) for seed in seeds]
+        self._prefill_shared(contexts)
+        outputs = self._generate(contexts, params)
+        return [self._reply(out, max_sentences) for out in outputs]
+
+    def _reply(self, out: Any, max_sentences: int | None) -> Sample:
+        """vLLM's completion as a Sample: its ids and log-probs, cut at the sentence limit."""
+        ids = list(out.token_ids)
+        logprobs = [next(iter(entry.values())).logprob for entry in out.logprobs or []]
+        if len(logprobs) != len(ids):
+            raise EngineError(f"the vllm engine returned {len(logprobs)} log-probs for {len(ids)} ids")
+        ended = bool(ids) and ids[-1] == self.policy.end_of_turn_id
+        stop = sentence_stop(reply_text(self.policy), ids, max_sentences) if max_sentences else None
+        if stop is not None:
+            ids, logprobs, ended = ids[:stop], logprobs[:stop], True
+        self.stats["tokens_kept"] += len(ids)
+        return Sample(ids, logprobs, truncated=not ended)
+
+    def _sampling(self, max_new_tokens: int, temperature: float, top_p: float, max_sentences: int | None,
+                  seed: int, **kwargs: Any) -> Any:
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0 for sampling, got {temperature}")
-        seeds = torch.randint(0, 2**62, (len(contexts),)).tolist()  # from torch's generator: a seeded run repeats
-        self._prefill_shared(contexts)
-        outputs = self._generate(contexts, [
-            self._params(max_new_tokens, temperature=temperature, top_p=top_p, seed=int(seed), logprobs=0,
-                         extra_args={"max_sentences": max_sentences, "end_of_turn_id": self.policy.end_of_turn_id}
-                         if max_sentences else None)
-            for seed in seeds
-        ])
-        decode = reply_text(self.policy)
-        samples = []
-        for out in outputs:
-            ids = list(out.token_ids)
-            logprobs = [next(iter(entry.values())).logprob for entry in out.logprobs or []]
-            if len(logprobs) != len(ids):
-                raise EngineError(f"the vllm engine returned {len(logprobs)} log-probs for {len(ids)} ids")
-            ended = bool(ids) and ids[-1] == self.policy.end_of_turn_id
-            stop = sentence_stop(decode, ids, max_sentences) if max_sentences else None
-            if stop is not None:
-                ids, logprobs, ended = ids[:stop], logprobs[:stop], True
-            self.stats["tokens_kept"] += len(ids)
-            samples.append(Sample(ids, logprobs, truncated=not ended))
-        return samples
+        return self._params(max_new_tokens, temperature=temperature, top_p=top_p, seed=int(seed), logprobs=0,
+                            extra_args={"max_sentences": max_sentences, "end_of_turn_id": self.policy.end_of_turn_id}
+                            if max_sentences else None, **kwargs)
+
+    # ---- continuous batching (mapo.engines.base.ContinuousEngine)
+
+    def submit(self, requests: Sequence[ReplyRequest]) -> None:
+        """Add `requests` to vLLM's running batch (`LLM.llm_engine.add_request`); a context that
+        several of them share (a group's N openings) is prefilled once first."""
+        if self.closed:
+            raise EngineError("the vllm engine is closed")
+        if not self._pending:
+            self._prefill_shared([r.context for r in requests])
+        final_only = import_vllm().sampling_params.RequestOutputKind.FINAL_ONLY
+        try:
+            for r in requests:
+                params = self._sampling(r.max_new_tokens, r.temperature, r.top_p, r.max_sentences, r.seed,
+                                        output_kind=final_only)
+                request_id = f"mapo-{next(self._request_ids)}"
+                self.llm.llm_engine.add_request(request_id, {"prompt_token_ids": list(r.context)}, params)
+                self._pending[request_id] = (r.key, r.max_sentences)
+                self.stats["requests"] += 1
+                self.stats["prompt_tokens"] += len(r.context)
+        except Exception as err:
+            self.cancel()
+            raise EngineError(f"the vllm engine refused a request: {type(err).__name__}: {err}") from err
+
+    def finished(self) -> list[tuple[Hashable, Sample]]:
+        """Step vLLM until at least one submitted reply ends; their (key, sample), [] when none is left."""
+        started = time.perf_counter()
+        try:
+            while self._pending:
+                done = [out for out in self.llm.llm_engine.step() if out.finished and out.request_id in self._pending]
+                if done:
+                    replies = []
+                    for out in done:
+                        key, max_sentences = self._pending.pop(out.request_id)
+                        self.stats["tokens_sampled"] += len(out.outputs[0].token_ids)
+                        replies.append((key, self._reply(out.outputs[0], max_sentences)))
+                    return replies
+            return []
+        except EngineError:
+            self.cancel()
+            raise
+        except Exception as err:
+            left = len(self._pending)
+            self.cancel()
+            raise EngineError(f"the vllm engine failed while sampling ({left} replies under way): "
+                              f"{type(err).__name__}: {err}") from err
+        finally:
+            self.stats["generate_s"] += time.perf_counter() - started
+
+    def cancel(self) -> None:
+        """Abort every submitted reply not returned yet."""
+        if self._pending:
+            with contextlib.suppress(Exception):
+                self.llm.llm_engine.abort_request(list(self._pending))
+            self._pending.clear()
 
     def greedy(self, contexts: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]]:
         """Argmax decoding (single-turn benchmarks at temperature 0): the reply ids, end-of-turn kept."""
@@ -277,6 +341,9 @@ class VllmEngine:
         `count`: add it to `stats` (a shared opening's prefill is not a reply)."""
         if self.closed:
             raise EngineError("the vllm engine is closed")
+        if self._pending:  # generate would run (and take) the submitted replies too
+            raise EngineError(f"the vllm engine has {len(self._pending)} submitted replies under way; "
+                              "take them with finished() (or cancel()) before a batched call")
         if not contexts:
             return []
         started = time.perf_counter()
@@ -298,6 +365,7 @@ class VllmEngine:
         same model shape and sizes (an ablation's units, a test suite), and shut down otherwise."""
         if self.closed:
             return
+        self.cancel()
         self.closed = True
         for engine in _kept:
             engine.shutdown()

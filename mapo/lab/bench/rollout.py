@@ -4,7 +4,8 @@ Every mode runs the same policy, environment, caps, stop rules and seeds. `hf` s
 active trajectories of a turn in one `generate` call (the trainer's own model); `sequential`
 rolls out each trajectory alone with it (`--no-sequential` leaves it out); each installed
 engine of `--engine` (default: every one that can run here) samples the same dialogues, its
-weights synced once first. Reported per mode: tokens and turns per second of generation time
+weights synced once first; an engine that batches continuously (vLLM) is also run in waves
+(`<engine>-waves`, `InWaves`), so the two schedules are compared in the same run. Reported per mode: tokens and turns per second of generation time
 and of wall time (generation + environment), where the time goes (`breakdown`), and for each
 engine its start-up (process-level: every `mapo train`, ablate unit and eval pays it), one
 weight sync, and the behaviour-vs-trainer mismatch on its samples (the importance-weight
@@ -24,7 +25,7 @@ import torch
 from mapo.config import TrainConfig
 from mapo.core.rollout import RolloutSpec, rollout
 from mapo.core.types import Group, Scenario
-from mapo.engines.base import RolloutEngine
+from mapo.engines.base import ContinuousEngine, RolloutEngine
 from mapo.engines.factory import make_engine
 from mapo.engines.importance import mismatch_stats
 from mapo.lab.bench import bench_rollout_spec
@@ -91,6 +92,19 @@ def trainer_and_sampler_logprobs(
     return np.asarray(old), np.asarray(behaviour)
 
 
+class InWaves:
+    """`engine` without its continuous batching: the rollout samples it a turn index at a time,
+    every turn waiting for its wave's longest reply (the bench's `<engine>-waves` mode)."""
+
+    def __init__(self, engine: RolloutEngine) -> None:
+        self._engine = engine
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("submit", "finished", "cancel"):  # mapo.engines.base.ContinuousEngine's
+            raise AttributeError(name)
+        return getattr(self._engine, name)
+
+
 def available_engines(policy: Policy) -> dict[str, str | None]:
     """Each engine other than hf, and why it cannot run here (None when it can)."""
     from mapo.engines.vllm_setup import missing_requirement, supports
@@ -139,21 +153,25 @@ def bench_rollout(
     if sequential:
         runs["sequential"] = [([s], single) for s in chosen for _ in range(n)]
     started: dict[str, RolloutEngine] = {}
+    views: dict[str, RolloutEngine] = {}  # mode -> the engine it samples with
     extra: dict[str, Any] = {"skipped": skipped} if skipped else {}
     sampled: dict[str, list[Group]] = {}
     totals: dict[str, list[dict[str, Any]]] = {}
     try:
         for name in [e for e in wanted if e not in skipped]:
             engine, cost = start_engine(name, policy, base, trajectories)
-            started[name] = engine
+            started[name] = views[name] = engine
             extra.setdefault("engines", {})[name] = cost
             runs[name] = [(chosen, base)]
+            if isinstance(engine, ContinuousEngine):
+                views[f"{name}-waves"] = InWaves(engine)
+                runs[f"{name}-waves"] = [(chosen, base)]
         modes = list(runs)
         totals = {mode: [] for mode in modes}
         with ThreadPoolExecutor(max_workers=config.rollout.env_workers) as pool:
             for r in range(repeats):
                 for mode in modes if r % 2 == 0 else modes[::-1]:
-                    engine = started.get(mode)
+                    engine = views.get(mode)
                     if engine is not None:
                         engine.sync(0)  # an empty cache: no mode starts from prefixes another left behind
                     row, groups = measure(policy, runs[mode], make_env, pool, config.seed + r, engine)
