@@ -7,9 +7,11 @@ from a checkpoint, or an evaluation batch, draws exactly what an uninterrupted o
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import random
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,21 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+
+
+def release_freed_memory() -> None:
+    """Hand the pages the heap holds free back to the system (glibc's `malloc_trim`; elsewhere nothing).
+
+    glibc keeps what freed tensors leave in its arenas, and an update's tensors change shape with
+    every batch, so little of it is reused: a state-view run on the CPU grew by about 0.5 GB a step
+    (11 GB at step 30, two runs side by side killed out of memory). One update of 72 sequences left
+    5.9 GB resident, 1.9 GB after the trim."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # another C library (musl): no malloc_trim
+        pass
 
 
 def write_trainer_state(folder: Path, step: int, optimizer: torch.optim.Optimizer, **extra: Any) -> None:

@@ -22,6 +22,7 @@ from mapo.config import OptimSpec
 from mapo.core.losses import Batch, LossSpec, LossTerms, TrainSequence, collate, policy_loss
 from mapo.engines.importance import mismatch_stats
 from mapo.policy import Policy
+from mapo.runtime import release_freed_memory
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +142,7 @@ def update(
             totals["updates"] += 1
     policy.model.eval()
     optimizer.zero_grad(set_to_none=True)
+    release_freed_memory()  # the micro-batches' activations, freed but kept by the heap
     tokens = totals["tokens"]
     per_token = {k: totals[k] / tokens if tokens else 0.0 for k in ("pg_loss", "kl", "kl_old", "entropy", "ratio")}
     mismatch = {}

@@ -205,7 +205,7 @@ def _play(
     from mapo.engines.factory import make_engine
     from mapo.policy import Policy
     from mapo.progress import progress_bar
-    from mapo.runtime import seed_everything, step_seed
+    from mapo.runtime import release_freed_memory, seed_everything, step_seed
 
     make_env = environment_factory(spec.env, env_options)
     extras = transcript_keys_for(spec.env)
@@ -236,6 +236,7 @@ def _play(
             seed_everything(step_seed(spec.seed, k))
             groups = rollout(policy, batch, make_env, rollout_spec, seed=step_seed(spec.seed, k, stream=2) % 2**31,
                              pool=pool, on_turn=on_turn, engine=engine)
+            release_freed_memory()  # a batch's prompts and caches, freed but kept by the heap
             advance(len(batch) * spec.samples * spec.max_turns - done[0])  # dialogues cut before sampling
             for group in groups:
                 for trajectory in group.trajectories:
