@@ -27,20 +27,29 @@ export_finished() {
         git add "$EXPORT" && git commit -q -m "docs/study/game-state-$PLAN: finished units exported ($(date -u +%H:%M))" -- "$EXPORT"
     fi
 }
-
-if [ -f "$RUN/plan.json" ]; then
-    mapo ablate --resume "$RUN" --jobs 2 &
-else
-    mapo ablate --plan "experiments.game_state.plan:state_${PLAN}_plan" --seed "$SEED" "${VARIANTS[@]}" --jobs 2 \
-        --output "$RUN" &
-fi
-ABLATE=$!
 finished() { ls "$RUN"/evals/*/eval.json 2>/dev/null | sort | tr '\n' ' '; }
-seen=$(finished)
-while kill -0 "$ABLATE" 2>/dev/null; do
-    sleep 60
-    now=$(finished)
-    if [ "$now" != "$seen" ]; then export_finished; seen=$now; fi
+
+stopping=0
+trap 'stopping=1; kill -TERM "$ABLATE" 2>/dev/null' TERM INT
+# A unit killed from outside (out of memory: a run on vLLM still grows by a few hundred MB a step,
+# docs/results.md 2026-12-02) stops the ablation with its checkpoints kept: resume, up to 20 times.
+for attempt in $(seq 20); do
+    if [ -f "$RUN/plan.json" ]; then
+        mapo ablate --resume "$RUN" --jobs 2 &
+    else
+        mapo ablate --plan "experiments.game_state.plan:state_${PLAN}_plan" --seed "$SEED" "${VARIANTS[@]}" --jobs 2 \
+            --output "$RUN" &
+    fi
+    ABLATE=$!
+    seen=$(finished)
+    while kill -0 "$ABLATE" 2>/dev/null; do
+        sleep 60
+        now=$(finished)
+        if [ "$now" != "$seen" ]; then export_finished; seen=$now; fi
+    done
+    if wait "$ABLATE"; then break; fi
+    [ "$stopping" = 1 ] && break
+    echo "the ablation stopped (attempt $attempt); resuming from the checkpoints" >&2
+    sleep 10
 done
-wait "$ABLATE"
 export_finished
