@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from mapo.config import load_config
@@ -44,9 +45,16 @@ def test_all_methods_in_one_tiny_step(tmp_path):
     ):
         assert key in metrics
     assert metrics["distill_replies"] >= 1 and metrics["distill_loss"] >= 0
-    assert metrics["trained_turn_fraction"] < 1.0  # hindsight selection dropped the small moves
-    record = json.loads(RunFolder(run).transcripts_path.read_text().splitlines()[0])
-    turn = record["turns"][0]
+    # Hindsight selection trains the turns whose |r| reaches the batch's median (ties kept), and only
+    # those: recomputed from the transcripts, which hold every dialogue of the step.
+    records = [json.loads(line) for line in RunFolder(run).transcripts_path.read_text().splitlines()]
+    turns = [turn for record in records for turn in record["turns"]]
+    assert len(turns) == 2 * 2 * 2
+    threshold = float(np.median([abs(turn["reward"]) for turn in turns]))
+    kept = [abs(turn["reward"]) >= threshold for turn in turns]
+    assert [turn["advantage"] is not None for turn in turns] == kept
+    assert metrics["hindsight_kept_fraction"] == metrics["trained_turn_fraction"] == sum(kept) / len(turns)
+    turn = records[0]["turns"][0]
     assert {
         "raw_reward",
         "s_in",
