@@ -102,3 +102,16 @@ def test_a_history_window_keeps_the_last_exchanges_before_the_state(policy):
     check_reply_ids(trajectory)
     with pytest.raises(ValueError, match="history_window must be an integer >= 0"):
         RolloutSpec(history_window=-1)
+
+
+def test_the_bench_mismatch_reads_each_reply_after_its_own_context(policy, trajectories):
+    # `mapo bench rollout` on the game's state view: the trainer's log-probs of every sampled reply
+    # token, on the sequences training builds, against the sampler's (here the same hf model)
+    from mapo.core.types import Group
+    from mapo.lab.bench.rollout import trainer_and_sampler_logprobs
+
+    groups = [Group(scenario_id=trajectories[0].scenario_id, trajectories=trajectories)]
+    trainer, sampler = trainer_and_sampler_logprobs(policy, groups, temperature=RolloutSpec().temperature)
+    expected = [x for t in trajectories for turn in t.turns for x in turn.old_logprobs]
+    assert len(trainer) == len(sampler) == len(expected) > 0
+    assert sampler.tolist() == pytest.approx(expected) and trainer == pytest.approx(sampler, abs=1e-4)

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from mapo.config import TrainConfig
+from mapo.core.losses import training_sequences
 from mapo.core.rollout import RolloutSpec, rollout
 from mapo.core.types import Group, Scenario
 from mapo.engines.base import ContinuousEngine, RolloutEngine
@@ -77,18 +78,18 @@ def _rates(row: dict[str, Any]) -> dict[str, Any]:
 def trainer_and_sampler_logprobs(
     policy: Policy, groups: list[Group], temperature: float, top_p: float = 1.0
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(the torch model's log-probs, the sampler's) of every sampled reply token: one forward per dialogue."""
+    """(the torch model's log-probs, the sampler's) of every sampled reply token, over the sequences
+    training would build (one per dialogue, or one per reply under a history window)."""
     old, behaviour = [], []
     for group in groups:
         for trajectory in group.trajectories:
-            ids = torch.tensor([trajectory.token_ids])
-            targets = torch.zeros_like(ids, dtype=torch.bool)
-            for turn in trajectory.turns:
-                targets[0, turn.prompt_length : turn.prompt_length + len(turn.response_ids)] = True
-                behaviour += turn.old_logprobs
-            with torch.no_grad():
-                logp, _ = policy.token_logprobs(ids, torch.ones_like(ids), targets, temperature=temperature, top_p=top_p)
-            old += logp[0].tolist()  # one row: the union of target positions is its own, in order
+            for seq in training_sequences(trajectory, [0.0] * len(trajectory.turns)):
+                ids = torch.tensor([seq.input_ids], dtype=torch.long)
+                targets = torch.tensor([seq.trained], dtype=torch.bool)
+                with torch.no_grad():
+                    logp, _ = policy.token_logprobs(ids, torch.ones_like(ids), targets, temperature=temperature, top_p=top_p)
+                old += logp[0].tolist()  # one row: the union of target positions is its own, in order
+                behaviour += [x for x, trained in zip(seq.old_logprobs, seq.trained) if trained]
     return np.asarray(old), np.asarray(behaviour)
 
 
