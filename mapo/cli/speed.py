@@ -169,14 +169,14 @@ def bench_llm_env_command(
     trajectories: Annotated[int, typer.Option(help="Dialogues per mode.")] = 16,
     turns: Annotated[int, typer.Option(help="Turns per dialogue.")] = 1,
     concurrency: Annotated[int, typer.Option(help="Dialogues in flight in the concurrent mode.")] = 16,
-    server_threads: Annotated[int, typer.Option(help="llama.cpp threads.")] = 2,
-    endpoint: Annotated[Optional[str], typer.Option(help="Use this OpenAI-compatible server instead of starting llama.cpp.")] = None,
+    server_cores: Annotated[str, typer.Option(help="Cores the started vllm serve binds its threads to.")] = "0-1",
+    endpoint: Annotated[Optional[str], typer.Option(help="Use this OpenAI-compatible server instead of starting vllm serve.")] = None,
     endpoint_model: Annotated[str, typer.Option(help="Model name the server serves.")] = "smollm2",
     output: BenchOutOpt = None,
 ) -> None:
-    """LLM-role environment throughput, 1 vs N dialogues in flight, against a local llama.cpp server."""
+    """LLM-role environment throughput, 1 vs N dialogues in flight, against a local vllm serve."""
     _suite_bench("llm-env", config, set_, output, trajectories=trajectories, turns=turns, concurrency=concurrency,
-                 server_threads=server_threads, base_url=endpoint, model=endpoint_model)
+                 server_cores=server_cores, base_url=endpoint, model=endpoint_model)
 
 
 @bench_app.command("grpo")

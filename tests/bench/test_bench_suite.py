@@ -12,7 +12,7 @@ from mapo.lab.bench.env import judge_kind, run_dialogues, step_latencies
 from mapo.lab.bench.grpo import brevity_reward
 from mapo.lab.bench.mfu import counted_flops, matmul_gflops, model_parameters, synthetic_sequences
 from mapo.lab.bench.suite import BENCHMARKS, QUICK_SIZES, summary_markdown
-from mapo.testing.llama_server import free_port
+from mapo.testing.vllm_server import free_port
 
 
 def test_matmul_peak_is_a_positive_rate():
@@ -97,14 +97,14 @@ def test_summary_marks_targets_skips_and_failures():
     results = {
         "rollout": {"modes": {}, "ratios": {"tokens_per_s_generate": 5.0}, "target": {"tokens_per_s_generate": 4.0}},
         "mfu": {"modes": {}, "ratios": {"mfu_float32": 0.25}, "target": {"mfu_float32": 0.4}},
-        "llm-env": {"modes": {}, "ratios": {}, "skipped": "llama-cpp-python[server] is not installed"},
+        "llm-env": {"modes": {}, "ratios": {}, "skipped": "vLLM is not installed"},
         "grpo": {"modes": {}, "ratios": {}, "error": "RuntimeError: boom\ntrace"},
     }
     text = summary_markdown(results, machine, quick=True)
     assert "Test CPU, 2 cores" in text and "mapo bench all --quick" in text
     assert "| rollout | tokens_per_s_generate | 5.00x | >= 4x | met |" in text
     assert "| mfu | mfu_float32 | 25.0% | >= 40% | **not met** |" in text
-    assert "skipped: llama-cpp-python[server] is not installed" in text
+    assert "skipped: vLLM is not installed" in text
     assert "failed: RuntimeError: boom |" in text
 
 

@@ -112,16 +112,16 @@ def test_missing_policy_is_a_clear_error(tmp_path):
     assert result.exit_code == 2 and "does not exist" in result.output
 
 
-def test_an_openai_compatible_endpoint_as_the_policy(llama_server, tmp_path):  # noqa: F811 (imported fixture)
+def test_an_openai_compatible_endpoint_as_the_policy(local_server, tmp_path):  # noqa: F811 (imported fixture)
     out = tmp_path / "eval"
     result = CliRunner().invoke(
         app,
-        ["eval", "--endpoint", llama_server, "--endpoint-model", "smollm2", "--limit", "1", "--samples", "2",
+        ["eval", "--endpoint", local_server, "--endpoint-model", "smollm2", "--limit", "1", "--samples", "2",
          "--max-turns", "2", "--max-new-tokens", "12", "--output", str(out)],
     )
     assert result.exit_code == 0, result.output
     data = json.loads((out / "eval.json").read_text())
-    assert data["config"]["policy"] == f"smollm2 @ {llama_server}"
+    assert data["config"]["policy"] == f"smollm2 @ {local_server}"
     assert data["summary"]["dialogues"] == 2
     transcripts = [json.loads(line) for line in (out / "transcripts.jsonl").read_text().splitlines()]
     replies = [turn["response"] for t in transcripts for turn in t["turns"]]
@@ -129,12 +129,12 @@ def test_an_openai_compatible_endpoint_as_the_policy(llama_server, tmp_path):  #
     assert all(turn["response_tokens"] == 0 for t in transcripts for turn in t["turns"])  # no ids from an endpoint
 
 
-def test_benchmarks_through_an_endpoint(llama_server, tmp_path):  # noqa: F811 (imported fixture)
+def test_benchmarks_through_an_endpoint(local_server, tmp_path):  # noqa: F811 (imported fixture)
     fixtures = FIXTURES
     out = tmp_path / "emo"
     result = CliRunner().invoke(
         app,
-        ["bench", "emobench", "--data", str(fixtures / "emobench"), "--endpoint", llama_server, "--endpoint-model",
+        ["bench", "emobench", "--data", str(fixtures / "emobench"), "--endpoint", local_server, "--endpoint-model",
          "smollm2", "--language", "en", "--task", "EA", "--limit", "2", "--max-tokens", "8", "--output", str(out)],
     )
     assert result.exit_code == 0, result.output

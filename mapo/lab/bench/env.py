@@ -7,10 +7,9 @@ of the configured length (both in this process), so the ratio says how much of a
 turn the environment costs.
 
 `bench_llm_env`: the same environment with all three roles on an LLM backend (a
-local llama.cpp server), `trajectories` dialogues of `turns` turns run with 1 and
+local `vllm serve`), `trajectories` dialogues of `turns` turns run with 1 and
 with `concurrency` dialogues in flight; the ratio is the throughput gain from
-keeping the server busy. llama-cpp-python's server answers one request at a time,
-so a gain there comes only from overlapping client-side work.
+keeping the server busy (vLLM batches the requests in flight).
 """
 
 from __future__ import annotations
@@ -90,10 +89,10 @@ def bench_env_latency(policy: Any, scenarios: list[Any], make_env: Any, config: 
 
 
 def llm_roles(base_url: str, model: str) -> dict[str, Any]:
-    """All three roles on one OpenAI-compatible server (the judge's JSON constrained by llama.cpp)."""
+    """All three roles on one OpenAI-compatible server (the judge's JSON constrained to its schema)."""
     spec = {"kind": "llm", "base_url": base_url, "model": model, "api_key_env": None, "timeout": 300.0}
     return {
-        "judge": {**spec, "max_tokens": 200, "json_format": "llama_cpp"},
+        "judge": {**spec, "max_tokens": 200, "json_format": "json_schema"},
         "director": {**spec, "max_tokens": 100},
         "actor": {**spec, "max_tokens": 80},
     }
@@ -138,19 +137,19 @@ def run_dialogues(make_env: Any, scenarios: list[Any], trajectories: int, turns:
 
 
 def bench_llm_env(config: TrainConfig, trajectories: int = 16, turns: int = 1, concurrency: int = 16,
-                  server_threads: int = 2, base_url: str | None = None, model: str = "smollm2") -> dict[str, Any]:
+                  server_cores: str = "0-1", base_url: str | None = None, model: str = "smollm2") -> dict[str, Any]:
     """Throughput of the LLM-role environment, 1 vs `concurrency` dialogues in flight.
 
-    Starts a llama.cpp server with the embedded GGUF unless `base_url` names one.
+    Starts `vllm serve` with the embedded SmolLM2 on `server_cores` unless `base_url` names a server.
     """
     from contextlib import nullcontext
 
     from mapo.envs.base import make_environment
     from mapo.envs.base import load_scenarios
-    from mapo.testing.llama_server import LlamaServer
+    from mapo.testing.vllm_server import VllmServer
 
     scenarios = load_scenarios(config.env.name, config.env.scenarios)
-    server = nullcontext() if base_url else LlamaServer(alias=model, threads=server_threads)
+    server = nullcontext() if base_url else VllmServer(alias=model, cores=server_cores)
     with server as running:
         url = base_url or running.base_url
         roles = llm_roles(url, model)
@@ -166,7 +165,7 @@ def bench_llm_env(config: TrainConfig, trajectories: int = 16, turns: int = 1, c
     single, many = modes["1 in flight"], modes[f"{concurrency} in flight"]
     return {
         "settings": {"trajectories": trajectories, "turns": turns, "concurrency": concurrency,
-                     "server": base_url or f"llama.cpp (llama-cpp-python), {server_threads} threads", "model": model},
+                     "server": base_url or f"vllm serve, cores {server_cores}", "model": model},
         "modes": modes,
         "ratios": {"throughput_concurrent_over_single": many["turns_per_s"] / max(single["turns_per_s"], 1e-9)},
     }

@@ -23,7 +23,7 @@ BENCHMARKS: dict[str, str] = {
     "train": "one packed sequence per trajectory vs one sequence per turn, 6 turns (update time)",
     "mfu": "training tokens/s as counted model FLOPs per second over the measured matmul peak",
     "env": "environment step latency (the configured judge) vs one policy reply",
-    "llm-env": "LLM-role environment on llama.cpp: 1 vs 16 dialogues in flight (turns/s)",
+    "llm-env": "LLM-role environment on vllm serve: 1 vs 16 dialogues in flight (turns/s)",
     "grpo": "one single-turn GRPO step: TRL GRPOTrainer time / mapo time",
 }
 
@@ -57,7 +57,7 @@ def run_benchmark(name: str, config: TrainConfig, **sizes: Any) -> dict[str, Any
         return bench_mfu(config, **sizes)
     if name == "llm-env":
         from mapo.lab.bench.env import bench_llm_env
-        from mapo.testing.llama_server import missing_requirement
+        from mapo.testing.vllm_server import missing_requirement
 
         problem = missing_requirement()
         if problem:

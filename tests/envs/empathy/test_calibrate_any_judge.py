@@ -142,13 +142,13 @@ def test_bad_judge_arguments_are_named(folder, tmp_path):
 
 
 @pytest.mark.slow
-def test_calibrating_a_real_model_behind_llama_cpp_reports(llama_server, tmp_path):
+def test_calibrating_a_real_model_behind_vllm_serve_reports(local_server, tmp_path):
     """SmolLM2-135M as the judge on one calibration context: the command runs and reports; its number is what it is."""
     folder = tmp_path / "exemplars"
     folder.mkdir()
     (folder / "career.yaml").write_text((exemplar_dir() / "career.yaml").read_text(encoding="utf-8"), encoding="utf-8")
-    options = [f"base_url={llama_server}", "model=smollm2", "api_key_env=null", "timeout=300", "max_tokens=200",
-               "json_format=llama_cpp"]
+    options = [f"base_url={local_server}", "model=smollm2", "api_key_env=null", "timeout=300", "max_tokens=200",
+               "json_format=json_schema"]
     args = ["env", "calibrate", "--exemplars", str(folder), "--split", "calibration", "--limit", "1", "--judge", "llm",
             "--concurrency", "2", "--output", str(tmp_path / "out")]
     for option in options:

@@ -3,7 +3,7 @@
 Fast tests drive the roles' own logic (validation, repair, fallback, story order,
 no early end, no repetition) with scripted model replies: fault injection. The
 integration test runs a whole episode against a real model, SmolLM2-135M served
-by llama.cpp's OpenAI-compatible server on 127.0.0.1.
+by vLLM's OpenAI-compatible server (`vllm serve`) on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -266,7 +266,7 @@ def test_the_role_registry_builds_llm_roles_per_role():
         make_role("actor", spec)
 
 
-# -- integration: a real model behind llama.cpp's server ---------------------------------
+# -- integration: a real model behind vLLM's server (`vllm serve`) ---------------------------------
 
 
 POLICY_REPLIES = (
@@ -277,15 +277,15 @@ POLICY_REPLIES = (
 
 
 @pytest.mark.slow
-def test_three_turn_episode_of_the_environment_with_llm_roles(llama_server, card, caplog):
+def test_three_turn_episode_of_the_environment_with_llm_roles(local_server, card, caplog):
     """All three roles on a real model; the tiny model often breaks the JSON, which must be counted, never silent."""
     import mapo.envs.empathy  # noqa: F401  (registers "empathy")
     from mapo.envs.base import make_environment
 
-    spec = {"kind": "llm", "base_url": llama_server, "model": "smollm2", "api_key_env": None, "timeout": 180.0}
+    spec = {"kind": "llm", "base_url": local_server, "model": "smollm2", "api_key_env": None, "timeout": 180.0}
     roles = {
-        # the judge asks llama.cpp to constrain decoding to its schema; the director gets no such help
-        "judge": {**spec, "max_tokens": 200, "json_format": "llama_cpp"},
+        # the judge asks vLLM to constrain decoding to its schema; the director gets no such help
+        "judge": {**spec, "max_tokens": 200, "json_format": "json_schema"},
         "director": {**spec, "max_tokens": 100},
         "actor": {**spec, "max_tokens": 80},
     }
