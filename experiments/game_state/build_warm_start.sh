@@ -12,10 +12,14 @@
 #    beside it (eval.json's summary.references); OUT/warm_start_eval.json is its summary.
 # Resumable: a finished step is skipped, an interrupted SFT resumes from its last checkpoint.
 # The model is not committed (the tracked tree's 32 MiB would not hold its 7.8 MB adapter): rebuilt on the
-# project's AMD EPYC it evaluates exactly as the committed warm_start_eval.json (2026-12-01 and 12-02), so
-# shares of the study run there pair by seed; a rebuild on another CPU differs in float32's last bits, and
-# `mapo ablate --export` refuses to pair a seed's runs across two starts.
+# project's AMD EPYC it is bit-identical (it evaluated exactly as the committed summary on 2026-12-01 and
+# 12-02; its model.safetensors' SHA-256, recorded since, is warm_start.sha256, checked below), so shares of
+# the study run there pair by seed;
+# a rebuild on another CPU differs in float32's last bits, and `mapo ablate --export` refuses to pair a
+# seed's runs across two starts. Its evaluation moved when the rollout became continuous (12-02): 36.9 %
+# (59 of 160) in waves, 37.5 % (60 of 160) continuously, the same model.
 set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
 OUT=${1:-runs/game-state-warm}
 GAMES=${2:-100}
 MODEL=${3:-embedded}
@@ -29,6 +33,9 @@ if [ -d "$OUT/sft" ] && [ ! -d "$OUT/sft/final" ]; then
 elif [ ! -d "$OUT/sft/final" ]; then
     mapo sft --data "$OUT/demos.jsonl" --set sft.epochs=1 --set sft.lr=1e-3 --set threads=1 --set seed=0 \
         --set policy.model="$MODEL" --output "$OUT/sft"
+fi
+if ! (cd "$OUT/sft/final" && sha256sum --quiet -c "$HERE/warm_start.sha256"); then
+    echo "note: this warm start is not the recorded one (another CPU or software): pair its runs only with each other" >&2
 fi
 [ -f "$OUT/eval/eval.json" ] || mapo eval --model "$OUT/sft" --env twenty-questions --scenarios test --samples 8 \
     --max-turns 5 --seed 0 "${GAME[@]}" --output "$OUT/eval"

@@ -26,6 +26,10 @@ bash experiments/game_state/build_warm_start.sh runs/game-state-warm
 if [ ! -f "$RUN/plan.json" ] && [ -f "$CARRY" ]; then
     mkdir -p "$RUN" && tar -xf "$CARRY" -C "$RUN"
     echo "resuming the carried study: $(ls "$RUN/runs" | tr '\n' ' ')" >&2
+    if ! (cd runs/game-state-warm/sft/final && sha256sum --quiet -c "../../../../$RUN/warm_start.sha256"); then
+        echo "the rebuilt warm start differs from the one the carried units trained on: not resuming" >&2
+        exit 1
+    fi
 fi
 VARIANTS=()
 for v in "$@"; do VARIANTS+=(--variant "$v"); done
@@ -49,6 +53,7 @@ carry_out() {
         kept=$(ls -d "$unit"checkpoints/step-* 2>/dev/null | sort | head -n -1)
         for c in $kept; do skip+=(--exclude="./${c#"$RUN"/}"); done
     done
+    (cd runs/game-state-warm/sft/final && sha256sum model.safetensors) > "$RUN/warm_start.sha256"
     mkdir -p "$(dirname "$CARRY")"
     # final/ is a chunk end's copy of its checkpoint: the resumed chunk writes it again
     tar -cf "$CARRY" "${skip[@]}" --exclude='./runs/*/final' -C "$RUN" .
