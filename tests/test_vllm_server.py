@@ -27,6 +27,7 @@ def _chat(base_url: str, body: dict) -> str:
         return json.loads(response.read())["choices"][0]["message"]["content"]
 
 
+@pytest.mark.slow  # starts vllm serve (about a minute)
 def test_json_under_a_schema_is_one_compact_object(local_server):
     schema = {"type": "object", "properties": {"level": {"type": "integer"}, "why": {"type": "string", "maxLength": 40}},
               "required": ["level", "why"]}

@@ -112,6 +112,7 @@ def test_missing_policy_is_a_clear_error(tmp_path):
     assert result.exit_code == 2 and "does not exist" in result.output
 
 
+@pytest.mark.slow  # starts vllm serve (about a minute): CI runs it with the slow tests
 def test_an_openai_compatible_endpoint_as_the_policy(local_server, tmp_path):  # noqa: F811 (imported fixture)
     out = tmp_path / "eval"
     result = CliRunner().invoke(
@@ -129,6 +130,7 @@ def test_an_openai_compatible_endpoint_as_the_policy(local_server, tmp_path):  #
     assert all(turn["response_tokens"] == 0 for t in transcripts for turn in t["turns"])  # no ids from an endpoint
 
 
+@pytest.mark.slow  # starts vllm serve (about a minute): CI runs it with the slow tests
 def test_benchmarks_through_an_endpoint(local_server, tmp_path):  # noqa: F811 (imported fixture)
     fixtures = FIXTURES
     out = tmp_path / "emo"
