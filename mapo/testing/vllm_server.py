@@ -20,8 +20,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from mapo.engines.vllm_setup import distribution_installed
-from mapo.engines.vllm_setup import missing_requirement as vllm_missing
+from mapo.engines.vllm_setup import distribution_installed, missing_requirement  # the server's need is the engine's
 
 
 class ServerError(RuntimeError):
@@ -32,11 +31,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def missing_requirement() -> str | None:
-    """Why the server cannot start here (a message), or None when it can."""
-    return vllm_missing()
 
 
 def embedded_model() -> tuple[Path, Path]:
