@@ -3,13 +3,14 @@
 #   bash experiments/game_state/study.sh PLAN SEED VARIANT... (PLAN: tight | long)
 #   e.g. bash experiments/game_state/study.sh tight 0 mapo_state-idr-lr2e-4 grpo-idr-lr2e-4
 # 1. The weak warm start, rebuilt if runs/game-state-warm lacks it (build_warm_start.sh, about 20 minutes).
-# 2. `mapo ablate` on those units of the plan (experiments/game_state/plan.py), one at a time on every core
-#    (JOBS=2: two side by side, a core each), each to its plateau; a rerun resumes a cut one from its last
-#    checkpoint. One at a time, because a unit must finish inside a session: a new checkout has no runs/,
-#    and its checkpoints (23 MB a unit: adapter and optimizer state) do not fit the tracked tree
-#    (tests/test_tree_size.py). A step costs about 140 s with two units side by side (99 s of it the
-#    update of 80 per-reply sequences on one core), so two units reach about step 40 in a session; one on
-#    both cores reaches its plateau sooner.
+# 2. `mapo ablate` on those units of the plan (experiments/game_state/plan.py), JOBS side by side (default
+#    2 on this 2-core machine: a core each), each to its plateau; a rerun resumes a cut one from its last
+#    checkpoint. Units must finish inside a session: a new checkout has no runs/, and their checkpoints
+#    (23 MB a unit: adapter and optimizer state) do not fit the tracked tree (tests/test_tree_size.py).
+#    A unit on one core costs about 67 s a step (48 s the update of 80 per-reply sequences, 18 s the
+#    rollout), one on both cores 66-70 s (the update barely gains from a second thread), so two side by
+#    side train twice as much. (Before 2026-12-03 two side by side cost 140 s a step each: every unit's
+#    vLLM engine bound its threads to core 0; each unit now runs on cores of its own.)
 # 3. Whenever a unit finishes, the finished units are exported without their weights into
 #    docs/study/game-state-PLAN (a share of the study: later sessions add theirs) and, with COMMIT=1,
 #    committed, so a session that ends mid-study keeps every finished unit.
@@ -20,7 +21,7 @@ SEED=$2
 shift 2
 RUN=runs/game-state-$PLAN
 EXPORT=docs/study/game-state-$PLAN
-JOBS=${JOBS:-1}
+JOBS=${JOBS:-2}
 bash experiments/game_state/build_warm_start.sh runs/game-state-warm
 VARIANTS=()
 for v in "$@"; do VARIANTS+=(--variant "$v"); done

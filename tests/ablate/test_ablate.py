@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import queue
 import shutil
 from pathlib import Path
 
@@ -764,17 +765,60 @@ def test_a_unit_queued_before_the_ablation_was_interrupted_does_not_start(tmp_pa
 
     import mapo.lab.ablate.runner as runner
 
-    stopped, handler = threading.Event(), signal.getsignal(signal.SIGINT)
+    stopped, handler, on_term = threading.Event(), signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    free, cores = queue.Queue(), sorted(os.sched_getaffinity(0))
+    free.put(cores)
     try:
-        runner._start_worker(stopped)
+        runner._start_worker(stopped, free)
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # an idle worker leaves Ctrl-C to its ablation
         stopped.set()
         with pytest.raises(KeyboardInterrupt):
-            runner._unit_job(str(tmp_path), quick_plan().to_dict(), ("mapo-idr", 0), 1, list(TINY))
+            runner._unit_job(str(tmp_path), quick_plan().to_dict(), ("mapo-idr", 0), list(TINY))
     finally:
-        runner._ABLATION_STOPPED = None
+        runner._ABLATION_STOPPED = runner._FREE_CORES = None
         signal.signal(signal.SIGINT, handler)
+        signal.signal(signal.SIGTERM, on_term)
     assert not (tmp_path / "logs").exists() and not (tmp_path / "runs").exists()
+    assert free.get_nowait() == cores  # given back for the next unit
+
+
+def test_parallel_units_run_on_disjoint_core_sets():
+    from mapo.lab.ablate.runner import core_sets
+
+    assert core_sets([1, 0], 2) == [[0], [1]]  # two units on 2 cores: one each, not both on core 0
+    assert core_sets(range(8), 3) == [[0, 1], [2, 3], [4, 5]]
+    assert core_sets([0, 1], 1) == [[0, 1]]
+    assert core_sets([0, 1], 3) == [[0], [1], [0]]  # more units than cores: the sets in turn
+    with pytest.raises(ValueError, match="no CPU core"):
+        core_sets([], 2)
+
+
+def test_a_worker_runs_its_unit_on_the_core_set_it_took(tmp_path, monkeypatch):
+    import signal
+    import threading
+
+    import mapo.lab.ablate.runner as runner
+
+    seen: dict = {}
+
+    def run_unit(out, plan, unit, threads, extra, show_progress=True):
+        seen.update(cores=os.sched_getaffinity(0), threads=threads)
+        return "evaluated"
+
+    monkeypatch.setattr(runner, "run_unit", run_unit)
+    handler, on_term, mine = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM), os.sched_getaffinity(0)
+    free, one = queue.Queue(), [min(mine)]
+    free.put(one)
+    try:
+        runner._start_worker(threading.Event(), free)
+        assert runner._unit_job(str(tmp_path), quick_plan().to_dict(), ("mapo-idr", 0), list(TINY)) == "evaluated"
+    finally:
+        os.sched_setaffinity(0, mine)
+        runner._ABLATION_STOPPED = runner._FREE_CORES = None
+        signal.signal(signal.SIGINT, handler)
+        signal.signal(signal.SIGTERM, on_term)
+    assert seen == {"cores": set(one), "threads": 1}
+    assert free.get_nowait() == one
 
 
 def test_a_worker_s_training_interrupted_crosses_the_process_boundary():

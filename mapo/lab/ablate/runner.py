@@ -195,25 +195,43 @@ def sigterm_stops_the_ablation() -> Iterator[None]:
 
 
 _ABLATION_STOPPED: Any = None  # in a worker process: the event its ablation sets when interrupted
+_FREE_CORES: Any = None  # in a worker process: the queue of the core sets no running unit holds
 
 
-def _start_worker(stopped: Any) -> None:
-    """Pool initializer: keep the ablation's stop event; an idle worker ignores Ctrl-C (the pool ends
-    it). Workers start with SIGINT blocked (`run_ablation`), so one still importing is not killed by
-    a Ctrl-C, which would break the pool and have it terminate the running units mid-step."""
-    global _ABLATION_STOPPED
-    _ABLATION_STOPPED = stopped
+def core_sets(cores: Sequence[int], jobs: int) -> list[list[int]]:
+    """`cores` split into `jobs` disjoint sets of max(1, len(cores) // jobs) (more jobs than cores:
+    sets reused in turn). Each unit of a parallel ablation runs on its own set: the vLLM engine binds
+    its threads, and so the trainer's, to the first of the cores its process may use, so units that
+    all may use every core would all run on the first ones (two units on 2 cores: both on core 0)."""
+    ordered = sorted(cores)
+    if not ordered:
+        raise ValueError("no CPU core to run on")
+    size = max(1, len(ordered) // jobs)
+    sets = [ordered[i:i + size] for i in range(0, size * (len(ordered) // size), size)]
+    return [sets[i % len(sets)] for i in range(jobs)]
+
+
+def _start_worker(stopped: Any, free_cores: Any) -> None:
+    """Pool initializer: keep the ablation's stop event and the queue of free core sets; an idle
+    worker ignores Ctrl-C (the pool ends it). Workers start with SIGINT blocked (`run_ablation`), so
+    one still importing is not killed by a Ctrl-C, which would break the pool and have it terminate
+    the running units mid-step."""
+    global _ABLATION_STOPPED, _FREE_CORES
+    _ABLATION_STOPPED, _FREE_CORES = stopped, free_cores
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
-def _unit_job(out: str, plan: dict[str, Any], unit: tuple[str, int] | None, threads: int,
-              extra: list[str]) -> str:
-    """Process-pool entry point (picklable arguments only): what `run_unit` did; output goes to the
+def _unit_job(out: str, plan: dict[str, Any], unit: tuple[str, int] | None, extra: list[str]) -> str:
+    """Process-pool entry point (picklable arguments only): what `run_unit` did, on a core set of its
+    own (a torch thread a core) taken from the free ones and given back after; output goes to the
     unit's log file."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_interrupt)  # also how the pool ends its other workers when one dies
+    cores = _FREE_CORES.get()
     try:
+        os.sched_setaffinity(0, cores)
+        threads = len(cores)
         if _ABLATION_STOPPED is not None and _ABLATION_STOPPED.is_set():
             raise KeyboardInterrupt  # queued before the ablation was interrupted: do not start it
         _stop_when_orphaned()
@@ -233,6 +251,7 @@ def _unit_job(out: str, plan: dict[str, Any], unit: tuple[str, int] | None, thre
         return did
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a late Ctrl-C must not cut the result on its way back
+        _FREE_CORES.put(cores)
 
 
 class AblationStopped(RuntimeError):
@@ -254,7 +273,8 @@ def run_ablation(
     """Run every unit not finished yet (`jobs` processes at a time), then write the table and curves.
 
     `extra` are overrides for every run and the base (e.g. policy.model=tiny in tests).
-    Each process gets max(1, cores // jobs) torch threads.
+    Each process runs on its own max(1, cores // jobs) of the cores this process may use
+    (`core_sets`), a torch thread a core.
     """
     out = Path(out)
     if is_export(out):
@@ -296,11 +316,13 @@ def run_ablation(
         from concurrent.futures import ProcessPoolExecutor, as_completed
         from concurrent.futures.process import BrokenProcessPool
 
-        threads = max(1, (os.cpu_count() or 1) // jobs)
         context = multiprocessing.get_context("spawn")  # fresh interpreters: no forked torch thread pools
         stopped = context.Event()
+        free_cores = context.Queue()
+        for cores in core_sets(os.sched_getaffinity(0), jobs):
+            free_cores.put(cores)
         with ProcessPoolExecutor(max_workers=jobs, mp_context=context, max_tasks_per_child=1,
-                                 initializer=_start_worker, initargs=(stopped,)) as pool:
+                                 initializer=_start_worker, initargs=(stopped, free_cores)) as pool:
             try:
                 # the workers, and the pool's manager thread that starts the later ones, inherit this
                 # thread's signal mask: each starts with SIGINT blocked and unblocks it once it ignores it
@@ -308,7 +330,7 @@ def run_ablation(
                 try:
                     futures = {
                         pool.submit(_unit_job, str(out), plan.to_dict(), (unit.variant, unit.seed) if unit else None,
-                                    threads, list(extra)): name
+                                    list(extra)): name
                         for name, unit in todo
                     }
                 finally:
