@@ -2,7 +2,8 @@
 # The state-view study, a share at a time, by one command:
 #   bash experiments/game_state/study.sh PLAN SEED VARIANT... (PLAN: tight | long)
 #   e.g. bash experiments/game_state/study.sh tight 0 mapo_state-idr-lr2e-4 grpo-idr-lr2e-4
-# 1. The weak warm start, rebuilt if runs/game-state-warm lacks it (build_warm_start.sh, about 20 minutes).
+# 1. The weak warm start, the committed one put in runs/game-state-warm and evaluated (build_warm_start.sh,
+#    2 minutes).
 # 2. `mapo ablate` on those units of the plan (experiments/game_state/plan.py), JOBS side by side (default
 #    2 on this 2-core machine: a core each), each to its plateau; a rerun resumes a cut one from its last
 #    checkpoint. Units must finish inside a session: a new checkout has no runs/, and their checkpoints
@@ -34,7 +35,7 @@ export_finished() {
         git add "$EXPORT" && git commit -q -m "docs/study/game-state-$PLAN: finished units exported ($(date -u +%H:%M))" -- "$EXPORT"
     fi
 }
-finished() { ls "$RUN"/evals/*/eval.json 2>/dev/null | sort | tr '\n' ' '; }
+finished() { (ls "$RUN"/evals/*/eval.json 2>/dev/null || true) | sort | tr '\n' ' '; }  # none yet: no failure
 
 stopping=0
 trap 'stopping=1; kill -TERM "$ABLATE" 2>/dev/null' TERM INT
