@@ -33,6 +33,10 @@ RUNTIME_KEYS = (
     "sync_export_s",
     "sync_load_s",
     "sync_s",
+    # the process's memory after the step (mapo.runtime.memory_figures)
+    "memory_rss_gb",
+    "memory_heap_used_gb",
+    "memory_heap_free_gb",
 )
 
 

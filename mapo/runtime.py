@@ -46,6 +46,32 @@ def release_freed_memory() -> None:
         pass
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def memory_figures() -> dict[str, float]:
+    """This process's resident memory (GB) and, under glibc, what its heap holds: `memory_heap_used_gb`
+    allocated by the program, `memory_heap_free_gb` freed but kept (mallinfo2, over every arena; mmapped
+    blocks count as used). A run whose resident memory grows with the first is holding on to objects;
+    with the second, the heap is fragmented. {} where /proc is missing."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return {}
+    figures = {"memory_rss_gb": pages * os.sysconf("SC_PAGE_SIZE") / 2**30}
+    try:
+        mallinfo2 = ctypes.CDLL("libc.so.6").mallinfo2
+    except (OSError, AttributeError):  # not glibc, or older than 2.33
+        return figures
+    mallinfo2.restype = _MallInfo2
+    info = mallinfo2()
+    figures["memory_heap_used_gb"] = (info.uordblks + info.hblkhd) / 2**30
+    figures["memory_heap_free_gb"] = info.fordblks / 2**30
+    return figures
+
+
 def write_trainer_state(folder: Path, step: int, optimizer: torch.optim.Optimizer, **extra: Any) -> None:
     """The step, the optimizer and every random generator (plus `extra` entries) into a checkpoint folder."""
     rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}

@@ -249,6 +249,8 @@ def test_mapo_train_end_to_end_writes_the_run_folder(tmp_path):
         assert all(np.isfinite(m[key]) for m in metrics), key
     for key in ("hack_distinct2", "hack_repetition", "hack_echo", "hack_role_swap", "hack_fragment", "hack_reask"):
         assert all(0.0 <= m[key] <= 1.0 for m in metrics), key
+    # the process's memory: torch and a model are resident, and glibc's heap holds some of it
+    assert all(m["memory_rss_gb"] > 0.1 and 0 < m["memory_heap_used_gb"] < m["memory_rss_gb"] for m in metrics)
     transcripts = [json.loads(x) for x in (out / "transcripts.jsonl").read_text().splitlines()]
     assert (
         len(transcripts) == 3 * 4 and transcripts[0]["turns"][0]["user"] and "advantage" in transcripts[0]["turns"][0]
@@ -348,3 +350,14 @@ def test_bench_train_command_compares_packed_and_per_turn(tmp_path):
     assert packed["trained_tokens"] == per_turn["trained_tokens"] > 0
     assert per_turn["sequences"] > packed["sequences"] and per_turn["input_tokens"] > packed["input_tokens"]
     assert "ratio speedup" in result.output
+
+
+def test_memory_figures_follow_what_the_program_holds():
+    from mapo.runtime import memory_figures
+
+    before = memory_figures()
+    held = [bytearray(1 << 20) for _ in range(256)]  # 256 MB in 1 MB blocks: below glibc's mmap threshold or not
+    during = memory_figures()
+    assert during["memory_rss_gb"] - before["memory_rss_gb"] > 0.2
+    assert during["memory_heap_used_gb"] - before["memory_heap_used_gb"] > 0.2
+    del held

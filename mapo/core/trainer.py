@@ -56,7 +56,8 @@ from mapo.reliability import (
 from mapo.report.run import write_report
 from mapo.run_folder import RunFolder
 from mapo.run_start import open_run
-from mapo.runtime import choose_threads, read_trainer_state, seed_everything, step_seed, write_trainer_state
+from mapo.runtime import (choose_threads, memory_figures, read_trainer_state, seed_everything, step_seed,
+                          write_trainer_state)
 from mapo.sft.chain import check_chain, sft_enabled, warm_start
 from mapo.tracking import Tracking, check_installed
 
@@ -217,6 +218,7 @@ class Trainer:
                 * cfg.optim.ppo_epochs
                 / max(updated - rolled, 1e-9),
                 "wall_time": time.time(),
+                **memory_figures(),
             }
         )
         if cfg.transcripts_every and step % cfg.transcripts_every == 0:

@@ -70,6 +70,8 @@ PANELS = (
     Panel("Reliability: retries, repairs and fallbacks", ("backend_retries_*", "*_repairs", "*_fallbacks"),
           ("fallback_fraction",), "count per step", "fallback fraction"),
     Panel("Throughput", ("tokens_per_s_rollout", "tokens_per_s_train"), ("step_time",), "tokens / s", "step time (s)"),
+    # resident memory against what the heap holds for the program: a gap that widens is fragmentation
+    Panel("Memory", ("memory_rss_gb", "memory_heap_used_gb", "memory_heap_free_gb"), ylabel="GB"),
 )
 _NOT_PLOTTED = ("step", "wall_time")
 

@@ -801,7 +801,7 @@ def test_a_worker_runs_its_unit_on_the_core_set_it_took(tmp_path, monkeypatch):
 
     seen: dict = {}
 
-    def run_unit(out, plan, unit, threads, extra, show_progress=True):
+    def run_unit(out, plan, unit, threads, extra, show_progress=True, chunks=None):
         seen.update(cores=os.sched_getaffinity(0), threads=threads)
         return "evaluated"
 

@@ -217,3 +217,36 @@ def test_a_unit_trained_in_chunks_is_the_run_trained_at_once(tmp_path):
     assert comparable(run_dir(tmp_path, unit)) == comparable(whole)
     chunked, at_once = (load_file(run / "final" / "adapter_model.safetensors") for run in (run_dir(tmp_path, unit), whole))
     assert chunked.keys() == at_once.keys() and all(torch.equal(chunked[k], at_once[k]) for k in chunked)
+
+
+def _chunked_plan() -> AblationPlan:
+    return AblationPlan(
+        variants=["mapo-idr"], seeds=[0], steps=6,
+        train=["rollout.scenarios_per_step=1", "rollout.samples_per_scenario=2", "rollout.max_turns=2",
+               "rollout.max_new_tokens=4", "checkpoint_every=5", "keep_checkpoints=1", "transcripts_every=0",
+               "rollout.engine=hf"],
+        eval=EvalBudget(limit=1, max_turns=2, max_new_tokens=4, engine="hf"), stop=PlateauStop(every=1, patience=2),
+    )
+
+
+def test_a_unit_given_one_chunk_trains_it_and_says_it_paused(tmp_path):
+    from mapo.lab.ablate import run_unit
+
+    plan, unit = _chunked_plan(), Unit("mapo-idr", 0)
+    assert run_unit(tmp_path, plan, unit, None, TINY, show_progress=False, chunks=1) == "trained+evaluated+paused at step 1"
+    assert [m["step"] for m in read_metrics(run_dir(tmp_path, unit))] == [1]
+    assert read_eval(eval_dir(tmp_path, "mapo-idr-s0")) is None  # no final evaluation while it trains on
+    assert run_unit(tmp_path, plan, unit, None, TINY, show_progress=False, chunks=1) == "resumed+evaluated+paused at step 2"
+    assert run_unit(tmp_path, plan, unit, None, TINY, show_progress=False, chunks=1) == "resumed+evaluated+stopped at step 3 (plateau)"
+    assert read_eval(eval_dir(tmp_path, "mapo-idr-s0")) == read_eval(curve_dir(tmp_path, "mapo-idr-s0", 3))
+
+
+@pytest.mark.slow  # about a minute: a worker process a chunk (CI runs the slow tests)
+def test_a_parallel_ablation_trains_each_chunk_in_a_fresh_process_to_the_same_plateau(tmp_path):
+    done: list[tuple[str, str]] = []
+    run_ablation(_chunked_plan(), tmp_path, jobs=2, extra=TINY, on_done=lambda *a: done.append(a))
+    assert sorted(done) == [("base", "evaluated"), ("mapo-idr-s0", "resumed+evaluated+stopped at step 3 (plateau)")]
+    run = run_dir(tmp_path, Unit("mapo-idr", 0))
+    assert [m["step"] for m in read_metrics(run)] == [1, 2, 3]
+    log = (tmp_path / "logs" / "mapo-idr-s0.log").read_text()
+    assert log.count("torch threads:") == 3  # three chunks, three trainer starts

@@ -105,10 +105,16 @@ def metric_value(result: dict[str, Any], metric: str) -> float:
     return float(found)
 
 
+PAUSED = "paused"  # train_until_plateau's last word when it stopped after its `chunks` with more to train
+
+
 def train_until_plateau(out: Path, plan: AblationPlan, unit: Unit, overrides: Sequence[str],
-                        evaluate: Callable[[int], None], show_progress: bool = True) -> list[str]:
+                        evaluate: Callable[[int], None], show_progress: bool = True,
+                        chunks: int | None = None) -> list[str]:
     """Train `unit` chunk by chunk, `evaluate(step)` writing each chunk end's held-out evaluation,
     until `stopping_point` says it stops; then its evaluation there becomes the unit's final one.
+    `chunks`: train at most that many in this call, then return with "paused at step N" last while
+    the unit trains on (a parallel ablation runs each chunk in a fresh process: mapo.lab.ablate.runner).
 
     `overrides` are a new run's config overrides (`unit_overrides`; `steps=` is set here). Returns
     what was done ("trained" / "resumed", "evaluated", "stopped at step N (plateau|cap)"), [] when
@@ -122,7 +128,10 @@ def train_until_plateau(out: Path, plan: AblationPlan, unit: Unit, overrides: Se
 
     run = RunFolder(run_dir(out, unit))
     did: list[str] = []
+    trained = 0
     while (stopped := stopping_point(values := plateau_values(out, plan, unit), plan.stop, plan.steps)) is None:
+        if chunks is not None and trained >= chunks:
+            return [*dict.fromkeys(did[:2]), f"{PAUSED} at step {step}"]
         step = plan.stop.steps(plan.steps)[len(values)]
         latest = run.latest_checkpoint()
         if latest is not None and checkpoint_step(latest) > step:  # only a plan changed under the folder does this
@@ -137,6 +146,7 @@ def train_until_plateau(out: Path, plan: AblationPlan, unit: Unit, overrides: Se
             did.append("resumed")
         evaluate(step)
         did.append("evaluated")
+        trained += 1
     step, reason = stopped
     if did or read_eval(eval_dir(out, unit.name)) is None:  # a kill may have cut the copy short
         _keep_as_final(out, unit.name, step)

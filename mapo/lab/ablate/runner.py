@@ -7,6 +7,7 @@ With a plateau rule (AblationPlan.stop) a unit trains and is evaluated in chunks
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import logging
@@ -20,7 +21,7 @@ from typing import Any
 from mapo.lab.ablate.benchmarks import load_items, pending, run_benchmarks
 from mapo.lab.ablate.export import is_export
 from mapo.lab.ablate.plan import AblationPlan, EvalBudget, Unit, unit_overrides
-from mapo.lab.ablate.plateau import train_until_plateau
+from mapo.lab.ablate.plateau import PAUSED, train_until_plateau
 from mapo.lab.ablate.report import write_outputs
 from mapo.lab.ablate.state import check_plan, curve_dir, eval_dir, last_logged_step, read_eval, run_dir, training_state
 
@@ -33,14 +34,15 @@ def eval_spec(budget: EvalBudget, system_prompt: str | None = None) -> Any:
 
 
 def run_unit(out: Path, plan: AblationPlan, unit: Unit | None, threads: int | None,
-             extra: Sequence[str] = (), show_progress: bool = True) -> str:
+             extra: Sequence[str] = (), show_progress: bool = True, chunks: int | None = None) -> str:
     """Train (or resume), evaluate and benchmark one unit, doing only what is not done yet;
     `unit=None` is the untrained base (evaluated and benchmarked).
 
     Returns what was done: "skipped", or its steps joined by "+" ("trained+evaluated+benchmarked",
     "resumed+evaluated", "evaluated", "benchmarked", ...; with a plateau rule, where the unit
     stopped: "trained+evaluated+stopped at step 30 (plateau)"). Training now makes the eval and the
-    benchmarks of an earlier final policy stale: they are run again.
+    benchmarks of an earlier final policy stale: they are run again. `chunks`: a plateau unit trains at
+    most that many chunks and, if it has not stopped, returns "...+paused at step N" (`train_until_plateau`).
     """
     from mapo.config import load_config
     from mapo.core.trainer import train
@@ -53,7 +55,9 @@ def run_unit(out: Path, plan: AblationPlan, unit: Unit | None, threads: int | No
     if plateau:  # trained and evaluated in chunks until it stops; its final evaluation is the stopping step's
         did = train_until_plateau(out, plan, unit, unit_overrides(plan, unit, threads, extra),
                                   lambda step: _evaluate_checkpoint(out, plan, unit, step, plan.eval, required=True),
-                                  show_progress)
+                                  show_progress, chunks)
+        if did and did[-1].startswith(PAUSED):
+            return "+".join(did)
     state = "done" if unit is None or plateau else training_state(run_dir(out, unit), plan.steps)
     if unit is not None and state == "partial":
         _keep_final_eval_as_check(out, plan, unit)
@@ -222,10 +226,11 @@ def _start_worker(stopped: Any, free_cores: Any) -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
-def _unit_job(out: str, plan: dict[str, Any], unit: tuple[str, int] | None, extra: list[str]) -> str:
-    """Process-pool entry point (picklable arguments only): what `run_unit` did, on a core set of its
-    own (a torch thread a core) taken from the free ones and given back after; output goes to the
-    unit's log file."""
+def _unit_job(out: str, plan: dict[str, Any], unit: tuple[str, int] | None, extra: list[str],
+              chunks: int | None = None) -> str:
+    """Process-pool entry point (picklable arguments only): what `run_unit` did (at most `chunks`
+    chunks of a plateau unit), on a core set of its own (a torch thread a core) taken from the free
+    ones and given back after; output goes to the unit's log file."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_interrupt)  # also how the pool ends its other workers when one dies
     cores = _FREE_CORES.get()
@@ -244,7 +249,8 @@ def _unit_job(out: str, plan: dict[str, Any], unit: tuple[str, int] | None, extr
                 contextlib.redirect_stderr(handle), contextlib.redirect_stdout(handle):
             logging.basicConfig(stream=handle, level=logging.INFO, force=True)
             try:
-                did = run_unit(Path(out), AblationPlan.from_dict(plan), chosen, threads, extra, show_progress=False)
+                did = run_unit(Path(out), AblationPlan.from_dict(plan), chosen, threads, extra, show_progress=False,
+                               chunks=chunks)
             except Exception:  # the traceback goes to the unit's log; the parent reports the error itself
                 logging.getLogger(__name__).exception("%s failed", name)
                 raise
@@ -313,7 +319,7 @@ def run_ablation(
             report(name, did)
     else:
         import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
+        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
         from concurrent.futures.process import BrokenProcessPool
 
         context = multiprocessing.get_context("spawn")  # fresh interpreters: no forked torch thread pools
@@ -324,26 +330,25 @@ def run_ablation(
         with ProcessPoolExecutor(max_workers=jobs, mp_context=context, max_tasks_per_child=1,
                                  initializer=_start_worker, initargs=(stopped, free_cores)) as pool:
             try:
-                # the workers, and the pool's manager thread that starts the later ones, inherit this
-                # thread's signal mask: each starts with SIGINT blocked and unblocks it once it ignores it
-                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-                try:
-                    futures = {
-                        pool.submit(_unit_job, str(out), plan.to_dict(), (unit.variant, unit.seed) if unit else None,
-                                    list(extra)): name
-                        for name, unit in todo
-                    }
-                finally:
-                    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a Ctrl-C held back lands here
-                for future in as_completed(futures):
-                    try:
-                        did = future.result()
-                    except BrokenProcessPool:
-                        raise
-                    except Exception as err:  # raised in the unit (its traceback is in the unit's log)
-                        fail(futures[future], err)
-                        continue
-                    report(futures[future], did)
+                waiting, running = collections.deque(todo), {}
+                while waiting or running:
+                    while waiting and len(running) < jobs:
+                        name, unit = waiting.popleft()
+                        running[_submit(pool, out, plan, unit, extra)] = (name, unit)
+                    finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        name, unit = running.pop(future)
+                        try:
+                            did = future.result()
+                        except BrokenProcessPool:
+                            raise
+                        except Exception as err:  # raised in the unit (its traceback is in the unit's log)
+                            fail(name, err)
+                            continue
+                        if did.rsplit("+", 1)[-1].startswith(PAUSED):  # its next chunk, before any unit not started
+                            waiting.appendleft((name, unit))
+                            continue
+                        report(name, did)
             except KeyboardInterrupt:  # here or in a worker: stop the others at a checkpoint, start nothing new
                 _stop_workers(pool, stopped)
                 raise
@@ -359,6 +364,20 @@ def run_ablation(
                               f"their tracebacks are {where}, the others' tables in {md}; once mended, continue "
                               f"with mapo ablate --resume {out}")
     return md
+
+
+def _submit(pool: Any, out: Path, plan: AblationPlan, unit: Unit | None, extra: Sequence[str]) -> Any:
+    """A unit's job in the pool: a plateau unit one chunk at a time, each in a fresh process (the
+    pool's workers take one job each), because a long run in one process holds more memory with every
+    step (docs/results.md, 2026-12-03: two units side by side ran out of 24 GB by step 25)."""
+    # the workers, and the pool's manager thread that starts the later ones, inherit this thread's
+    # signal mask: each starts with SIGINT blocked and unblocks it once it ignores it
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        return pool.submit(_unit_job, str(out), plan.to_dict(), (unit.variant, unit.seed) if unit else None,
+                           list(extra), 1 if plan.stop.every > 0 else None)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a Ctrl-C held back lands here
 
 
 def _stop_workers(pool: Any, stopped: Any) -> None:
