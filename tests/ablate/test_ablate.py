@@ -794,6 +794,7 @@ def test_parallel_units_run_on_disjoint_core_sets():
 
 
 def test_a_worker_runs_its_unit_on_the_core_set_it_took(tmp_path, monkeypatch):
+    import logging
     import signal
     import threading
 
@@ -807,12 +808,14 @@ def test_a_worker_runs_its_unit_on_the_core_set_it_took(tmp_path, monkeypatch):
 
     monkeypatch.setattr(runner, "run_unit", run_unit)
     handler, on_term, mine = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM), os.sched_getaffinity(0)
+    handlers, level = logging.root.handlers[:], logging.root.level  # the job points logging at the unit's log
     free, one = queue.Queue(), [min(mine)]
     free.put(one)
     try:
         runner._start_worker(threading.Event(), free)
         assert runner._unit_job(str(tmp_path), quick_plan().to_dict(), ("mapo-idr", 0), list(TINY)) == "evaluated"
     finally:
+        logging.root.handlers[:], logging.root.level = handlers, level
         os.sched_setaffinity(0, mine)
         runner._ABLATION_STOPPED = runner._FREE_CORES = None
         signal.signal(signal.SIGINT, handler)

@@ -21,7 +21,8 @@ ALL_KEYS = (
     "kl kl_old entropy clip_fraction ratio_mean turns_mean final_distance_mean tokens_per_s_rollout "
     "tokens_per_s_train step_time backend_retries_http_500 judge_repairs judge_fallbacks "
     "hack_distinct2 hack_repetition hack_echo hack_role_swap hack_fragment hack_reask "
-    "env_success_rate env_invalid_rate env_repeat_rate env_bits_per_question"
+    "env_success_rate env_invalid_rate env_repeat_rate env_bits_per_question "
+    "memory_rss_gb memory_heap_used_gb memory_heap_free_gb"
 ).split()
 
 
