@@ -9,9 +9,10 @@
 #    checkpoint. Units must finish inside a session: a new checkout has no runs/, and their checkpoints
 #    (23 MB a unit: adapter and optimizer state) do not fit the tracked tree (tests/test_tree_size.py).
 #    On one core a unit costs about 60 s a step here (2026-12-03, an Intel Xeon: update 37-42 s, rollout
-#    17-18 s; a unit on both cores took 66-70 s on the AMD EPYC of earlier sessions). Before that day two side by side cost 140 s
-#    a step each: each unit's vLLM engine bound its threads to the first cores its process could use, so
-#    both ran on core 0; each unit now runs on cores of its own (mapo.lab.ablate.runner.core_sets).
+#    17-18 s; a unit on both cores took 66-70 s on the AMD EPYC of earlier sessions). Before that day
+#    two side by side cost 140 s a step each: each unit's vLLM engine bound its threads to the first
+#    cores its process could use, so both ran on core 0; now each runs on cores of its own
+#    (mapo.lab.ablate.runner.core_sets).
 # 3. Whenever a unit finishes, the finished units are exported without their weights into
 #    docs/study/game-state-PLAN (a share of the study: later sessions add theirs) and, with COMMIT=1,
 #    committed, so a session that ends mid-study keeps every finished unit.
