@@ -5,6 +5,8 @@ with its 95 % interval (a two-stage bootstrap over secrets, then their games: ma
 
     python experiments/game_table/summarize.py runs/game-table-warm/eval experiments/game_table/warm_start_eval.json
     python experiments/game_table/summarize.py runs/game-table-pilot/eval pilot_eval.json runs/game-table-warm/eval
+    E=docs/study/game-state-tight/evals; python experiments/game_table/summarize.py \
+        $E/mapo_state-idr-lr2e-4-s0/curve/step-000020 /tmp/s20.json $E/base   # an export's evaluations
 """
 
 from __future__ import annotations
@@ -16,8 +18,18 @@ from pathlib import Path
 KEPT_CONFIG = ("policy", "env", "env_options", "scenarios", "samples", "max_turns", "max_new_tokens", "temperature", "seed")
 
 
+def _read(eval_dir: Path) -> dict:
+    """The folder's eval.json, or an export's eval.json.gz (docs/study/*/evals/...)."""
+    from mapo.lab.ablate.state import read_eval
+
+    data = read_eval(eval_dir)
+    if data is None:
+        raise SystemExit(f"{eval_dir}: no finished eval.json or eval.json.gz")
+    return data
+
+
 def _success_by_secret(eval_dir: Path) -> dict[str, dict[int, float]]:
-    data = json.loads((eval_dir / "eval.json").read_text(encoding="utf-8"))
+    data = _read(eval_dir)
     return {s["scenario_id"]: {d["sample_index"]: 100.0 * (d["outcome"] == "success") for d in s["samples"]}
             for s in data["scenarios"]}
 
@@ -37,7 +49,7 @@ def paired_difference(eval_dir: Path, base_dir: Path) -> dict:
 
 
 def summarize(eval_dir: Path, base_dir: Path | None = None) -> dict:
-    data = json.loads((eval_dir / "eval.json").read_text(encoding="utf-8"))
+    data = _read(eval_dir)
     summary = data["summary"]
     paired = {"paired_with_base": paired_difference(eval_dir, base_dir)} if base_dir is not None else {}
     return {
