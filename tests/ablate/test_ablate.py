@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import queue
 import shutil
 from pathlib import Path
 
@@ -766,20 +765,18 @@ def test_a_unit_queued_before_the_ablation_was_interrupted_does_not_start(tmp_pa
     import mapo.lab.ablate.runner as runner
 
     stopped, handler, on_term = threading.Event(), signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
-    free, cores = queue.Queue(), sorted(os.sched_getaffinity(0))
-    free.put(cores)
+    cores = sorted(os.sched_getaffinity(0))
     try:
-        runner._start_worker(stopped, free)
+        runner._start_worker(stopped)
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # an idle worker leaves Ctrl-C to its ablation
         stopped.set()
         with pytest.raises(KeyboardInterrupt):
-            runner._unit_job(str(tmp_path), quick_plan().to_dict(), ("mapo-idr", 0), list(TINY))
+            runner._unit_job(str(tmp_path), quick_plan().to_dict(), ("mapo-idr", 0), list(TINY), cores)
     finally:
-        runner._ABLATION_STOPPED = runner._FREE_CORES = None
+        runner._ABLATION_STOPPED = None
         signal.signal(signal.SIGINT, handler)
         signal.signal(signal.SIGTERM, on_term)
     assert not (tmp_path / "logs").exists() and not (tmp_path / "runs").exists()
-    assert free.get_nowait() == cores  # given back for the next unit
 
 
 def test_parallel_units_run_on_disjoint_core_sets():
@@ -809,19 +806,17 @@ def test_a_worker_runs_its_unit_on_the_core_set_it_took(tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "run_unit", run_unit)
     handler, on_term, mine = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM), os.sched_getaffinity(0)
     handlers, level = logging.root.handlers[:], logging.root.level  # the job points logging at the unit's log
-    free, one = queue.Queue(), [min(mine)]
-    free.put(one)
+    one = [min(mine)]
     try:
-        runner._start_worker(threading.Event(), free)
-        assert runner._unit_job(str(tmp_path), quick_plan().to_dict(), ("mapo-idr", 0), list(TINY)) == "evaluated"
+        runner._start_worker(threading.Event())
+        assert runner._unit_job(str(tmp_path), quick_plan().to_dict(), ("mapo-idr", 0), list(TINY), one) == "evaluated"
     finally:
         logging.root.handlers[:], logging.root.level = handlers, level
         os.sched_setaffinity(0, mine)
-        runner._ABLATION_STOPPED = runner._FREE_CORES = None
+        runner._ABLATION_STOPPED = None
         signal.signal(signal.SIGINT, handler)
         signal.signal(signal.SIGTERM, on_term)
     assert seen == {"cores": set(one), "threads": 1}
-    assert free.get_nowait() == one
 
 
 def test_a_worker_s_training_interrupted_crosses_the_process_boundary():

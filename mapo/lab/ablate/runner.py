@@ -199,7 +199,6 @@ def sigterm_stops_the_ablation() -> Iterator[None]:
 
 
 _ABLATION_STOPPED: Any = None  # in a worker process: the event its ablation sets when interrupted
-_FREE_CORES: Any = None  # in a worker process: the queue of the core sets no running unit holds
 
 
 def core_sets(cores: Sequence[int], jobs: int) -> list[list[int]]:
@@ -215,25 +214,23 @@ def core_sets(cores: Sequence[int], jobs: int) -> list[list[int]]:
     return [sets[i % len(sets)] for i in range(jobs)]
 
 
-def _start_worker(stopped: Any, free_cores: Any) -> None:
-    """Pool initializer: keep the ablation's stop event and the queue of free core sets; an idle
-    worker ignores Ctrl-C (the pool ends it). Workers start with SIGINT blocked (`run_ablation`), so
-    one still importing is not killed by a Ctrl-C, which would break the pool and have it terminate
-    the running units mid-step."""
-    global _ABLATION_STOPPED, _FREE_CORES
-    _ABLATION_STOPPED, _FREE_CORES = stopped, free_cores
+def _start_worker(stopped: Any) -> None:
+    """Pool initializer: keep the ablation's stop event; an idle worker ignores Ctrl-C (the pool ends
+    it). Workers start with SIGINT blocked (`run_ablation`), so one still importing is not killed by
+    a Ctrl-C, which would break the pool and have it terminate the running units mid-step."""
+    global _ABLATION_STOPPED
+    _ABLATION_STOPPED = stopped
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _unit_job(out: str, plan: dict[str, Any], unit: tuple[str, int] | None, extra: list[str],
-              chunks: int | None = None) -> str:
+              cores: list[int], chunks: int | None = None) -> str:
     """Process-pool entry point (picklable arguments only): what `run_unit` did (at most `chunks`
-    chunks of a plateau unit), on a core set of its own (a torch thread a core) taken from the free
-    ones and given back after; output goes to the unit's log file."""
+    chunks of a plateau unit), on `cores` alone (a torch thread a core); output goes to the unit's
+    log file."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_interrupt)  # also how the pool ends its other workers when one dies
-    cores = _FREE_CORES.get()
     try:
         os.sched_setaffinity(0, cores)
         threads = len(cores)
@@ -257,7 +254,6 @@ def _unit_job(out: str, plan: dict[str, Any], unit: tuple[str, int] | None, extr
         return did
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a late Ctrl-C must not cut the result on its way back
-        _FREE_CORES.put(cores)
 
 
 class AblationStopped(RuntimeError):
@@ -324,20 +320,20 @@ def run_ablation(
 
         context = multiprocessing.get_context("spawn")  # fresh interpreters: no forked torch thread pools
         stopped = context.Event()
-        free_cores = context.Queue()
-        for cores in core_sets(os.sched_getaffinity(0), jobs):
-            free_cores.put(cores)
+        free = core_sets(os.sched_getaffinity(0), jobs)  # a set for each running job, given back when it ends
         with ProcessPoolExecutor(max_workers=jobs, mp_context=context, max_tasks_per_child=1,
-                                 initializer=_start_worker, initargs=(stopped, free_cores)) as pool:
+                                 initializer=_start_worker, initargs=(stopped,)) as pool:
             try:
                 waiting, running = collections.deque(todo), {}
                 while waiting or running:
                     while waiting and len(running) < jobs:
                         name, unit = waiting.popleft()
-                        running[_submit(pool, out, plan, unit, extra)] = (name, unit)
+                        cores = free.pop()
+                        running[_submit(pool, out, plan, unit, extra, cores)] = (name, unit, cores)
                     finished, _ = wait(running, return_when=FIRST_COMPLETED)
                     for future in finished:
-                        name, unit = running.pop(future)
+                        name, unit, cores = running.pop(future)
+                        free.append(cores)
                         try:
                             did = future.result()
                         except BrokenProcessPool:
@@ -366,8 +362,9 @@ def run_ablation(
     return md
 
 
-def _submit(pool: Any, out: Path, plan: AblationPlan, unit: Unit | None, extra: Sequence[str]) -> Any:
-    """A unit's job in the pool: a plateau unit one chunk at a time, each in a fresh process (the
+def _submit(pool: Any, out: Path, plan: AblationPlan, unit: Unit | None, extra: Sequence[str],
+            cores: list[int]) -> Any:
+    """A unit's job in the pool, on `cores`: a plateau unit one chunk at a time, each in a fresh process (the
     pool's workers take one job each), because a long run in one process holds more memory with every
     step (docs/results.md, 2026-12-03: two units side by side ran out of 24 GB by step 25)."""
     # the workers, and the pool's manager thread that starts the later ones, inherit this thread's
@@ -375,7 +372,7 @@ def _submit(pool: Any, out: Path, plan: AblationPlan, unit: Unit | None, extra: 
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         return pool.submit(_unit_job, str(out), plan.to_dict(), (unit.variant, unit.seed) if unit else None,
-                           list(extra), 1 if plan.stop.every > 0 else None)
+                           list(extra), cores, 1 if plan.stop.every > 0 else None)
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a Ctrl-C held back lands here
 
