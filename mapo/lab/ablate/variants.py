@@ -59,6 +59,14 @@ for _name in ("mapo-idr", "mapo_ragged-idr", "mapo_state-idr", "grpo-idr", "turn
               "mapo-outcome", "mapo-a0.25-idr", "mapo-a0.75-idr"):
     register_variant(f"{_name}-lr2e-4", *VARIANTS.resolve(_name).overrides, "optim.lr=2e-4",
                      description=f"{_name} at learning rate 2e-4")
+# two probes of where the state-keyed MAPO levels off on the game (docs/results.md, 2026-12-03): its
+# sampling entropy falls and a step's games converge on the same states, so one samples more widely
+# and one draws more secrets a step for the same number of games
+register_variant("mapo_state-idr-lr2e-4-t1", *VARIANTS.resolve("mapo_state-idr-lr2e-4").overrides,
+                 "rollout.temperature=1.0", description="mapo_state-idr-lr2e-4 sampled at temperature 1 (held out as before)")
+register_variant("mapo_state-idr-lr2e-4-4x4", *VARIANTS.resolve("mapo_state-idr-lr2e-4").overrides,
+                 "rollout.scenarios_per_step=4", "rollout.samples_per_scenario=4",
+                 description="mapo_state-idr-lr2e-4 on 4 scenarios x 4 dialogues a step")
 
 # COMPEER and RAPO options on top of mapo-idr (docs/methods.md)
 register_variant("mapo-idr-redundancy", "reward.redundancy=true", description="+ COMPEER redundancy reweighting")
