@@ -103,6 +103,13 @@ def test_plans_are_named_in_a_registry_a_user_can_extend():
         "mapo-idr": ("mapo", 5e-4), "grpo-idr": ("grpo", 5e-4), "mapo-idr-lr2e-4": ("mapo", 2e-4), "grpo-idr-lr2e-4": ("grpo", 2e-4)}
     ragged = load_config(None, unit_overrides(lr, Unit("mapo_ragged-idr-lr2e-4", 3), None))
     assert (ragged.advantage.estimator, ragged.optim.lr) == ("mapo_ragged", 2e-4)
+    probes = {v: load_config(None, unit_overrides(lr, Unit(v, 0), None))  # a variant's settings win over the plan's
+              for v in ("mapo_state-idr-lr2e-4-t1", "mapo_state-idr-lr2e-4-4x4")}
+    assert {v: (c.advantage.estimator, c.optim.lr, c.rollout.temperature, c.rollout.scenarios_per_step,
+                c.rollout.samples_per_scenario) for v, c in probes.items()} == {
+        "mapo_state-idr-lr2e-4-t1": ("mapo_state", 2e-4, 1.0, rates["mapo-idr"].rollout.scenarios_per_step,
+                                     rates["mapo-idr"].rollout.samples_per_scenario),
+        "mapo_state-idr-lr2e-4-4x4": ("mapo_state", 2e-4, rates["mapo-idr"].rollout.temperature, 4, 4)}
     assert "rollout.samples_per_scenario=8" in warm.train and "rollout.max_turns=8" in warm.train
     assert plan_for("default") == AblationPlan() and not plan_for("default").benchmarks.targets
     assert plan_for("quick").steps == 2 and not plan_for("quick").benchmarks.targets
