@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from mapo.envs.questioning.metrics import GUESS_KINDS, candidates_before
 from mapo.lab.ablate.state import read_transcripts
 
 
@@ -33,11 +34,9 @@ def where_replies_went(dialogues: list[dict[str, Any]]) -> dict[str, Any]:
     guesses: Counter[str] = Counter()
     for d in dialogues:
         turns = [t for t in d["turns"] if "kind" in t]
-        left = turns[0].get("pool_size") if turns else None
-        for number, turn in enumerate(turns, 1):
-            if turn["kind"].startswith("guess"):
+        for number, (turn, left) in enumerate(candidates_before(turns), 1):
+            if turn["kind"] in GUESS_KINDS:
                 guesses[f"{turn['kind']} at reply {number} with {left} left"] += 1
-            left = turn.get("candidates_left", left)
     by_outcome["guesses"] = dict(sorted(guesses.items()))
     return by_outcome
 

@@ -20,7 +20,7 @@ the environment writes, kept in transcripts through its `transcript_keys`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 QUESTION_KINDS = ("question", "repeat", "invalid")
@@ -29,17 +29,23 @@ FIGURES = ("success_rate", "turns_to_success", "bits_per_question", "bits_mean",
 GUESS_KINDS = ("guess_right", "guess_wrong")
 
 
-def _guess_timing(turns: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
-    """(guesses made while two or more candidates were consistent, other replies made while one
-    was): each turn's `candidates_left` is after the move; before the first it is the pool."""
-    early = stalled = 0
+def candidates_before(turns: Sequence[Mapping[str, Any]]) -> Iterator[tuple[Mapping[str, Any], int]]:
+    """Each turn with the candidates still consistent when it was chosen: a turn's `candidates_left`
+    is after its move; before the first it is the pool."""
     left = None
     for turn in turns:
         before = left if left is not None else turn.get("pool_size", 0)
+        yield turn, before
+        left = turn.get("candidates_left", before)
+
+
+def _guess_timing(turns: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
+    """(guesses made while two or more candidates were consistent, other replies made while one was)."""
+    early = stalled = 0
+    for turn, before in candidates_before(turns):
         guessed = turn["kind"] in GUESS_KINDS
         early += guessed and before > 1
         stalled += not guessed and before == 1
-        left = turn.get("candidates_left", before)
     return early, stalled
 
 
