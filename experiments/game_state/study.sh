@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The state-view study, a share at a time, by one command:
-#   bash experiments/game_state/study.sh PLAN SEED VARIANT... (PLAN: tight | long)
+#   bash experiments/game_state/study.sh PLAN SEEDS VARIANT... (PLAN: tight | long; SEEDS: 1 or 1,2)
 #   e.g. bash experiments/game_state/study.sh tight 0 mapo_state-idr-lr2e-4 grpo-idr-lr2e-4
+#   (units run seed by seed, in the order the variants are given)
 # 1. The weak warm start, the committed one put in runs/game-state-warm and evaluated (build_warm_start.sh,
 #    2 minutes).
 # 2. `mapo ablate` on those units of the plan (experiments/game_state/plan.py), JOBS side by side (default
@@ -19,7 +20,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PLAN=$1
-SEED=$2
+SEEDS=()
+for s in ${2//,/ }; do SEEDS+=(--seed "$s"); done
 shift 2
 RUN=runs/game-state-$PLAN
 EXPORT=docs/study/game-state-$PLAN
@@ -46,7 +48,7 @@ for attempt in $(seq 20); do
     if [ -f "$RUN/plan.json" ]; then
         mapo ablate --resume "$RUN" --jobs "$JOBS" &
     else
-        mapo ablate --plan "experiments.game_state.plan:state_${PLAN}_plan" --seed "$SEED" "${VARIANTS[@]}" --jobs "$JOBS" \
+        mapo ablate --plan "experiments.game_state.plan:state_${PLAN}_plan" "${SEEDS[@]}" "${VARIANTS[@]}" --jobs "$JOBS" \
             --output "$RUN" &
     fi
     ABLATE=$!
