@@ -36,7 +36,9 @@ class FaultServer:
     """`/v1/chat/completions` that plays a script of behaviours, then answers normally.
 
     Behaviours: ("ok", content) | ("500",) | ("429" or "503", retry_after) | ("hang", seconds) |
-    ("close",) | ("nonjson",) | ("missing",) | ("status", code) | ("slow", seconds).
+    ("close",) | ("nonjson",) | ("missing",) | ("status", code) | ("slow", seconds) |
+    ("gather", n, seconds): wait until n requests are in flight (at most 10 s), then answer after
+    `seconds`, so a concurrency bound is reached however slowly a busy machine starts the threads.
     A hang ends after its seconds or when the server closes, whichever comes first; it never answers.
     A plain success echoes the last user message.
     """
@@ -88,9 +90,13 @@ class FaultServer:
 
     def play(self, handler: BaseHTTPRequestHandler, behaviour: tuple, body: dict) -> None:
         kind = behaviour[0]
-        if kind in ("ok", "slow"):
-            if kind == "slow":
-                time.sleep(behaviour[1])
+        if kind in ("ok", "slow", "gather"):
+            if kind == "gather":
+                deadline = time.monotonic() + 10.0
+                while self.in_flight < behaviour[1] and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            if kind in ("slow", "gather"):
+                time.sleep(behaviour[-1])
             content = behaviour[1] if kind == "ok" and behaviour[1] is not None else "echo: " + body["messages"][-1]["content"]
             reply = {
                 "id": "x",
@@ -265,7 +271,7 @@ def test_other_4xx_is_not_retried(server, make_backend, code, hint):
 
 
 def test_threads_share_the_backend_and_the_semaphore_bounds_concurrency(server, make_backend):
-    server.script.extend([("slow", 0.15)] * 8)
+    server.script.extend([("gather", 2, 0.15)] * 8)
     backend = make_backend(server.url, concurrency=2)
     results: dict[int, str] = {}
 
@@ -282,7 +288,7 @@ def test_threads_share_the_backend_and_the_semaphore_bounds_concurrency(server, 
 
 
 def test_chat_many_keeps_order_and_bounds_concurrency(server, make_backend):
-    server.script.extend([("slow", 0.1)] * 6)
+    server.script.extend([("gather", 3, 0.1)] * 6)
     backend = make_backend(server.url, concurrency=3)
     batch = [[{"role": "user", "content": f"q{i}"}] for i in range(6)]
     assert backend.chat_many(batch) == [f"echo: q{i}" for i in range(6)]
