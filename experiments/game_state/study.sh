@@ -6,11 +6,13 @@
 # 1. The weak warm start, the committed one put in runs/game-state-warm and evaluated (build_warm_start.sh,
 #    2 minutes).
 # 2. `mapo ablate` on those units of the plan (experiments/game_state/plan.py), JOBS side by side (default
-#    2 on this 2-core machine: a core each), each to its plateau; a rerun resumes a cut one from its last
-#    checkpoint. Units must finish inside a session: a new checkout has no runs/, and their checkpoints
-#    (23 MB a unit: adapter and optimizer state) do not fit the tracked tree (tests/test_tree_size.py).
-#    On one core a unit costs about 60 s a step here (2026-12-03, an Intel Xeon: update 37-42 s, rollout
-#    17-18 s; a unit on both cores took 66-70 s on the AMD EPYC of earlier sessions). Before that day
+#    1: one unit on both cores), each to its plateau, each chunk of 10 steps in a fresh process; a rerun
+#    resumes a cut one from its last checkpoint. Units must finish inside a session: a new checkout has
+#    no runs/, and their checkpoints (23 MB a unit: adapter and optimizer state) do not fit the tracked
+#    tree (tests/test_tree_size.py). Hence one unit at a time: on this AMD EPYC (2026-12-04) an update
+#    took 74 s on one core and 39-43 s on two, so two side by side gain about a tenth in throughput but
+#    take twice as long to finish each unit, and a unit of 130 steps then outlasts a session.
+#    (On an Intel Xeon with AMX, 2026-12-03, an update took 37-42 s on one core.) Before that day
 #    two side by side cost 140 s a step each: each unit's vLLM engine bound its threads to the first
 #    cores its process could use, so both ran on core 0; now each runs on cores of its own
 #    (mapo.lab.ablate.runner.core_sets).
@@ -23,9 +25,9 @@ PLAN=$1
 SEEDS=()
 for s in ${2//,/ }; do SEEDS+=(--seed "$s"); done
 shift 2
-RUN=runs/game-state-$PLAN
+RUN=${RUN:-runs/game-state-$PLAN}  # another folder for another share in the same session
 EXPORT=docs/study/game-state-$PLAN
-JOBS=${JOBS:-2}
+JOBS=${JOBS:-1}
 bash experiments/game_state/build_warm_start.sh runs/game-state-warm
 VARIANTS=()
 for v in "$@"; do VARIANTS+=(--variant "$v"); done

@@ -41,7 +41,8 @@ def ablate(
     ] = None,
     steps: Annotated[Optional[int], typer.Option(help="Training steps per run (same rollout budget for all); more into an "
                                                  "existing --output train its finished runs on from their last checkpoint.")] = None,
-    jobs: Annotated[int, typer.Option(help="Runs in parallel processes, each with cores/jobs torch threads.")] = 1,
+    jobs: Annotated[int, typer.Option(help="Runs in parallel processes, each with cores/jobs torch threads (a plateau "
+                                             "plan's chunks each in a fresh process, also with one job).")] = 1,
     report: Annotated[
         bool, typer.Option("--report", help="With --resume: write the tables and curves from the units finished so far "
                            "and run nothing (a study cut short, or read while it runs).")
@@ -104,7 +105,8 @@ def ablate(
             typer.echo(f"Ablation ({plan.name} plan): {len(plan.units())} runs ({', '.join(plan.variants)} x seeds {plan.seeds}) "
                        f"+ base; {'at most ' if plan.stop.every else ''}{plan.steps} steps each; folder {folder}")
             with sigterm_stops_the_ablation():
-                md = run_ablation(plan, folder, jobs=jobs, on_done=lambda name, did: typer.echo(f"  {name}: {did}"))
+                md = run_ablation(plan, folder, jobs=jobs, on_done=lambda name, did: typer.echo(f"  {name}: {did}"),
+                                  processes=jobs > 1 or plan.stop.every > 0)
     except (ValueError, FileNotFoundError) as err:
         raise fail(err) from None
     except AblationStopped as err:

@@ -242,9 +242,10 @@ def test_a_unit_given_one_chunk_trains_it_and_says_it_paused(tmp_path):
 
 
 @pytest.mark.slow  # about a minute: a worker process a chunk (CI runs the slow tests)
-def test_a_parallel_ablation_trains_each_chunk_in_a_fresh_process_to_the_same_plateau(tmp_path):
+@pytest.mark.parametrize("jobs", [2, 1])  # one job: what `mapo ablate --jobs 1` does for a plateau plan
+def test_an_ablation_in_processes_trains_each_chunk_in_a_fresh_one_to_the_same_plateau(tmp_path, jobs):
     done: list[tuple[str, str]] = []
-    run_ablation(_chunked_plan(), tmp_path, jobs=2, extra=TINY, on_done=lambda *a: done.append(a))
+    run_ablation(_chunked_plan(), tmp_path, jobs=jobs, extra=TINY, on_done=lambda *a: done.append(a), processes=True)
     assert sorted(done) == [("base", "evaluated"), ("mapo-idr-s0", "resumed+evaluated+stopped at step 3 (plateau)")]
     run = run_dir(tmp_path, Unit("mapo-idr", 0))
     assert [m["step"] for m in read_metrics(run)] == [1, 2, 3]

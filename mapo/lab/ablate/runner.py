@@ -271,12 +271,15 @@ def run_ablation(
     jobs: int = 1,
     extra: Sequence[str] = (),
     on_done: Callable[[str, str], None] | None = None,
+    processes: bool | None = None,
 ) -> Path:
     """Run every unit not finished yet (`jobs` processes at a time), then write the table and curves.
 
     `extra` are overrides for every run and the base (e.g. policy.model=tiny in tests).
     Each process runs on its own max(1, cores // jobs) of the cores this process may use
-    (`core_sets`), a torch thread a core.
+    (`core_sets`), a torch thread a core. `processes` (default: jobs > 1) runs the units in worker
+    processes, a plateau unit's chunks each in a fresh one, also with one job: a long unit in this
+    process holds more memory with every chunk (`_submit`); `mapo ablate` sets it for plateau plans.
     """
     out = Path(out)
     if is_export(out):
@@ -304,7 +307,8 @@ def run_ablation(
         failed[name] = _failure(error)
         report(name, f"failed ({failed[name]})")
 
-    if jobs == 1:
+    in_process = not (jobs > 1 if processes is None else processes)
+    if in_process:
         for name, unit in todo:
             try:
                 did = run_unit(out, plan, unit, None, extra)
@@ -355,7 +359,7 @@ def run_ablation(
                                       f"mapo ablate --resume {out}") from None
     md = write_outputs(out, plan)
     if failed:
-        where = "above" if jobs == 1 else f"in {out / 'logs'}/<unit>.log"
+        where = "above" if in_process else f"in {out / 'logs'}/<unit>.log"
         raise AblationStopped(f"{len(failed)} of {len(todo)} units failed ({'; '.join(f'{n}: {e}' for n, e in failed.items())}); "
                               f"their tracebacks are {where}, the others' tables in {md}; once mended, continue "
                               f"with mapo ablate --resume {out}")
