@@ -7,11 +7,9 @@
 #    2 minutes).
 # 2. `mapo ablate` on those units of the plan (experiments/game_state/plan.py), JOBS side by side (default
 #    1: one unit on both cores), each to its plateau, each chunk of 10 steps in a fresh process; a rerun
-#    resumes a cut one from its last checkpoint. Units must finish inside a session: a new checkout has
-#    no runs/, and their checkpoints (23 MB a unit: adapter and optimizer state) do not fit the tracked
-#    tree (tests/test_tree_size.py). Hence one unit at a time: on this AMD EPYC (2026-12-04) an update
-#    took 74 s on one core and 39-43 s on two, so two side by side gain about a tenth in throughput but
-#    take twice as long to finish each unit, and a unit of 130 steps then outlasts a session.
+#    resumes a cut one from its last checkpoint. One unit at a time, so at most one is carried to the
+#    next session (4.): on this AMD EPYC (2026-12-04) an update took 74 s on one core and 39-43 s on
+#    two, so two side by side gain about a third in throughput but take twice as long to finish each.
 #    (On an Intel Xeon with AMX, 2026-12-03, an update took 37-42 s on one core.) Before that day
 #    two side by side cost 140 s a step each: each unit's vLLM engine bound its threads to the first
 #    cores its process could use, so both ran on core 0; now each runs on cores of its own
@@ -19,6 +17,12 @@
 # 3. Whenever a unit finishes, the finished units are exported without their weights into
 #    docs/study/game-state-PLAN (a share of the study: later sessions add theirs) and, with COMMIT=1,
 #    committed, so a session that ends mid-study keeps every finished unit.
+# 4. Stopped (kill -TERM the script's process group some minutes before a session ends), the units
+#    save a checkpoint and the unfinished one is packed into experiments/game_state/carry-PLAN
+#    (carry.py: 16 MB, its optimizer moments in bfloat16) and, with COMMIT=1, committed. The next
+#    session's run of this script, in a checkout without RUN, unpacks it and resumes that unit first
+#    (the arguments wait for the run after); once nothing is left unfinished the carry is removed.
+#    Units must finish inside a session otherwise: a new checkout has no runs/.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PLAN=$1
@@ -27,8 +31,12 @@ for s in ${2//,/ }; do SEEDS+=(--seed "$s"); done
 shift 2
 RUN=${RUN:-runs/game-state-$PLAN}  # another folder for another share in the same session
 EXPORT=docs/study/game-state-$PLAN
+CARRY=experiments/game_state/carry-$PLAN
 JOBS=${JOBS:-1}
 bash experiments/game_state/build_warm_start.sh runs/game-state-warm
+if [ ! -f "$RUN/plan.json" ] && [ -f "$CARRY/carry.json" ]; then
+    python -m experiments.game_state.carry unpack "$CARRY" "$RUN"
+fi
 VARIANTS=()
 for v in "$@"; do VARIANTS+=(--variant "$v"); done
 
@@ -66,3 +74,7 @@ for attempt in $(seq 20); do
     sleep 10
 done
 export_finished
+[ -f "$RUN/plan.json" ] && python -m experiments.game_state.carry pack "$RUN" "$CARRY"
+if [ "${COMMIT:-0}" = 1 ] && [ -n "$(git status --porcelain -- "$CARRY")" ]; then
+    git add -A "$CARRY" && git commit -q -m "experiments/game_state/carry-$PLAN: the unfinished unit carried ($(date -u +%H:%M))" -- "$CARRY"
+fi
