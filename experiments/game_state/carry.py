@@ -4,11 +4,12 @@
     python -m experiments.game_state.carry unpack CARRY RUN    # CARRY -> a new RUN, ready for --resume
 
 Why: a new checkout has no runs/, and a MAPO unit of the state study runs longer than a session on
-this 2-core machine (130 steps at about 65 s a step, plus its checks). Finished units travel as
+this 2-core machine (130 steps at 60-75 s a step, plus a check every 10). Finished units travel as
 exports (mapo.lab.ablate.export); an unfinished one needs its latest checkpoint. A checkpoint is
-27 MB (adapter 7.8, tokenizer 3.5, optimizer state 15.8), too much for the tree (tests/test_tree_size.py,
-32 MiB), so the carry keeps the adapter as it is (float32) and Adam's two moments in bfloat16 (half
-the bytes; 8 bits of mantissa on a running average, far below the step-to-step change of the moments),
+27 MB (adapter 7.8, tokenizer 3.5, optimizer state 15.8): two would not fit the tree beside the rest
+(tests/test_tree_size.py, 48 MiB), so the carry keeps the adapter as it is (float32) and Adam's two
+moments in bfloat16 (half the bytes; 8 bits of mantissa on a running average, far below the
+step-to-step change of the moments),
 and leaves out the tokenizer file where its bytes are those of the unit's start (`policy.model`): unpack
 copies it from there and checks its SHA-256. A resumed unit is therefore not bit-identical to
 one never interrupted (nor is a unit resumed on another CPU: float32's last bits differ); every

@@ -6,10 +6,11 @@
 # 1. The weak warm start, the committed one put in runs/game-state-warm and evaluated (build_warm_start.sh,
 #    2 minutes).
 # 2. `mapo ablate` on those units of the plan (experiments/game_state/plan.py), JOBS side by side (default
-#    1: one unit on both cores), each to its plateau, each chunk of 10 steps in a fresh process; a rerun
-#    resumes a cut one from its last checkpoint. One unit at a time, so at most one is carried to the
-#    next session (4.): on this AMD EPYC (2026-12-04) an update took 74 s on one core and 39-43 s on
-#    two, so two side by side gain about a third in throughput but take twice as long to finish each.
+#    2: a core each), each to its plateau, each chunk of 10 steps in a fresh process; a rerun resumes a
+#    cut one from its last checkpoint. Two side by side beat one on both cores: the update is 1.5-1.8x
+#    faster on two cores (39-43 s against 56-74 s on this AMD EPYC, 2026-12-03/04), the rollout not at
+#    all (15-19 s either way). Give a share two units that share a seed or a variant (e.g. `tight 1 mapo
+#    mapo_ragged`, `tight 3,4 grpo`): the plan a carry keeps (4.) is the grid of the units it carries.
 #    (On an Intel Xeon with AMX, 2026-12-03, an update took 37-42 s on one core.) Before that day
 #    two side by side cost 140 s a step each: each unit's vLLM engine bound its threads to the first
 #    cores its process could use, so both ran on core 0; now each runs on cores of its own
@@ -18,11 +19,11 @@
 #    docs/study/game-state-PLAN (a share of the study: later sessions add theirs) and, with COMMIT=1,
 #    committed, so a session that ends mid-study keeps every finished unit.
 # 4. Stopped (kill -TERM the script's process group some minutes before a session ends), the units
-#    save a checkpoint and the unfinished one is packed into experiments/game_state/carry-PLAN
-#    (carry.py: 16 MB, its optimizer moments in bfloat16) and, with COMMIT=1, committed. The next
-#    session's run of this script, in a checkout without RUN, unpacks it and resumes that unit first
-#    (the arguments wait for the run after); once nothing is left unfinished the carry is removed.
-#    Units must finish inside a session otherwise: a new checkout has no runs/.
+#    save a checkpoint and the unfinished ones are packed into experiments/game_state/carry-PLAN
+#    (carry.py: 16 MB a unit, the optimizer moments in bfloat16) and, with COMMIT=1, committed: a new
+#    checkout has no runs/. The next session's run of this script, in a checkout without RUN, unpacks
+#    them and resumes them first (its arguments wait for the run after); once nothing is left
+#    unfinished the carry is removed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PLAN=$1
@@ -32,7 +33,7 @@ shift 2
 RUN=${RUN:-runs/game-state-$PLAN}  # another folder for another share in the same session
 EXPORT=docs/study/game-state-$PLAN
 CARRY=experiments/game_state/carry-$PLAN
-JOBS=${JOBS:-1}
+JOBS=${JOBS:-2}
 bash experiments/game_state/build_warm_start.sh runs/game-state-warm
 if [ ! -f "$RUN/plan.json" ] && [ -f "$CARRY/carry.json" ]; then
     python -m experiments.game_state.carry unpack "$CARRY" "$RUN"
