@@ -10,8 +10,8 @@ exports (mapo.lab.ablate.export); an unfinished one needs its latest checkpoint.
 (tests/test_tree_size.py, 48 MiB), so the carry keeps the adapter as it is (float32) and Adam's two
 moments in bfloat16 (half the bytes; 8 bits of mantissa on a running average, far below the
 step-to-step change of the moments),
-and leaves out the tokenizer file where its bytes are those of the unit's start (`policy.model`): unpack
-copies it from there and checks its SHA-256. A resumed unit is therefore not bit-identical to
+and leaves out the tokenizer file, 3.5 MB, where the run's policy rebuilds the same bytes: unpack
+rebuilds it and checks its SHA-256. A resumed unit is therefore not bit-identical to
 one never interrupted (nor is a unit resumed on another CPU: float32's last bits differ); every
 other piece (metrics, the plateau rule's checks, the random generators' states) is carried exactly.
 
@@ -38,11 +38,11 @@ from mapo.run_folder import RunFolder
 
 MANIFEST = "carry.json"
 MOMENTS = ("exp_avg", "exp_avg_sq")  # AdamW's state tensors stored in bfloat16
-LEFT_OUT = ("tokenizer.json",)  # where the start has the same bytes: copied back from policy.model on unpack
+LEFT_OUT = ("tokenizer.json",)  # rebuilt from the run's policy on unpack, where it saves the same bytes
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def _gzip_copy(source: Path, dest: Path) -> None:
@@ -50,12 +50,17 @@ def _gzip_copy(source: Path, dest: Path) -> None:
     dest.with_name(dest.name + ".gz").write_bytes(gzip.compress(source.read_bytes(), compresslevel=9, mtime=0))
 
 
-def _start_folder(run: Path) -> Path:
-    """The unit's `policy.model` (its warm start's folder), read from its config.yaml."""
-    import yaml
+def _tokenizer_files(config: Path) -> dict[str, bytes]:
+    """The files the tokenizer of the run configured by `config` (its config.yaml) saves: a
+    checkpoint's copy of them is rebuilt from the policy's source, not carried."""
+    import tempfile
 
-    config = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
-    return Path(config["policy"]["model"])
+    from mapo.config import load_config
+    from mapo.model_source import load_tokenizer
+
+    with tempfile.TemporaryDirectory() as folder:
+        load_tokenizer(load_config(config).policy).save_pretrained(folder)
+        return {name: (Path(folder) / name).read_bytes() for name in LEFT_OUT if (Path(folder) / name).is_file()}
 
 
 def _cast_moments(state_file: Path, dest: Path, dtype: torch.dtype) -> None:
@@ -98,10 +103,11 @@ def pack(run: Path, carry: Path) -> list[str]:
             target = dest / "checkpoints" / latest.name
             shutil.copytree(latest, target, ignore=shutil.ignore_patterns("trainer_state.pt"))
             _cast_moments(latest / "trainer_state.pt", target / "trainer_state.pt", torch.bfloat16)
+            rebuilt = _tokenizer_files(source / "config.yaml")
             for found in [f for name in LEFT_OUT for f in target.rglob(name)]:
-                start = _start_folder(source) / found.name
-                if start.is_file() and _sha256(start) == _sha256(found):  # else it travels in the carry
-                    manifest["left_out"][str(found.relative_to(carry))] = {"from": str(start), "sha256": _sha256(found)}
+                if rebuilt.get(found.name) == found.read_bytes():  # else it travels in the carry
+                    manifest["left_out"][str(found.relative_to(carry))] = {
+                        "config": str(run_dir(carry, unit).relative_to(carry) / "config.yaml"), "sha256": _sha256(found.read_bytes())}
                     found.unlink()
         for check in sorted((eval_dir(run, unit.name) / "curve").glob(f"step-*/{EVAL}")):
             _gzip_copy(check, eval_dir(carry, unit.name) / check.relative_to(eval_dir(run, unit.name)))
@@ -115,11 +121,6 @@ def unpack(carry: Path, run: Path) -> list[str]:
     if (run / "plan.json").exists():
         raise ValueError(f"{run} holds an ablation already; unpack into a new folder")
     manifest = json.loads((carry / MANIFEST).read_text(encoding="utf-8"))
-    for name, left in manifest["left_out"].items():
-        start = Path(left["from"])
-        if not start.is_file() or _sha256(start) != left["sha256"]:
-            raise ValueError(f"{carry / name} was left out as {start}'s bytes, but {start} is missing or differs; "
-                             "build the unit's warm start first (experiments/game_state/build_warm_start.sh)")
     staging = run.with_name(run.name + ".unpacking")
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(carry, staging, ignore=shutil.ignore_patterns(MANIFEST))
@@ -129,7 +130,12 @@ def unpack(carry: Path, run: Path) -> list[str]:
         packed.with_suffix("").write_bytes(gzip.decompress(packed.read_bytes()))
         packed.unlink()
     for name, left in manifest["left_out"].items():
-        shutil.copy2(left["from"], staging / name)
+        rebuilt = _tokenizer_files(staging / left["config"]).get(Path(name).name, b"")
+        if _sha256(rebuilt) != left["sha256"]:
+            raise ValueError(f"{carry / name} was left out to be rebuilt from the run's policy, but this machine's "
+                             "tokenizer saves other bytes; build the unit's warm start first "
+                             "(experiments/game_state/build_warm_start.sh) with the same packages")
+        (staging / name).write_bytes(rebuilt)
     for state_file in staging.glob("runs/*/checkpoints/*/trainer_state.pt"):
         _cast_moments(state_file, state_file, torch.float32)
     staging.rename(run)

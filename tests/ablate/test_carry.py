@@ -10,19 +10,9 @@ import torch
 from safetensors.torch import load_file
 
 from experiments.game_state.carry import MANIFEST, pack, unpack
-from mapo.config import load_config
 from mapo.lab.ablate import AblationPlan, EvalBudget, PlateauStop, Unit, check_plan, run_dir, run_unit
 from mapo.lab.ablate.state import curve_dir, read_eval
-from mapo.policy import load_policy
 from mapo.run_folder import RunFolder, read_metrics
-
-
-@pytest.fixture(scope="module")
-def start(tmp_path_factory):
-    """A tiny full model saved as a folder: the unit's start, holding the tokenizer its checkpoints save."""
-    folder = tmp_path_factory.mktemp("start")
-    load_policy(load_config(None, ["policy.model=tiny", "policy.lora.enabled=false"]).policy).save_pretrained(folder)
-    return folder
 
 
 def _plan() -> AblationPlan:
@@ -35,8 +25,8 @@ def _plan() -> AblationPlan:
     )
 
 
-def test_an_unfinished_unit_is_carried_smaller_and_resumes_where_it_paused(tmp_path, start):
-    extra = [f"policy.model={start}", "policy.lora.r=4", "optim.lr=0.01"]
+def test_an_unfinished_unit_is_carried_smaller_and_resumes_where_it_paused(tmp_path):
+    extra = ["policy.model=tiny", "policy.lora.r=4", "optim.lr=0.01"]
     plan, unit = _plan(), Unit("mapo-idr", 0)
     first = tmp_path / "first"
     first.mkdir()
