@@ -4,30 +4,24 @@ unpacked into a folder that `run_unit` resumes from its checkpoint."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from experiments.game_state.carry import MANIFEST, pack, unpack
-from mapo.lab.ablate import AblationPlan, EvalBudget, PlateauStop, Unit, check_plan, run_dir, run_unit
+from mapo.lab.ablate import Unit, check_plan, run_dir, run_unit
 from mapo.lab.ablate.state import curve_dir, read_eval
 from mapo.run_folder import RunFolder, read_metrics
-
-
-def _plan() -> AblationPlan:
-    return AblationPlan(
-        variants=["mapo-idr"], seeds=[0], steps=6,
-        train=["rollout.scenarios_per_step=1", "rollout.samples_per_scenario=2", "rollout.max_turns=2",
-               "rollout.max_new_tokens=4", "checkpoint_every=5", "keep_checkpoints=1", "transcripts_every=0",
-               "rollout.engine=hf"],
-        eval=EvalBudget(limit=1, max_turns=2, max_new_tokens=4, engine="hf"), stop=PlateauStop(every=1, patience=2),
-    )
+from toy_plan import toy_plateau_plan
 
 
 def test_an_unfinished_unit_is_carried_smaller_and_resumes_where_it_paused(tmp_path):
     extra = ["policy.model=tiny", "policy.lora.r=4", "optim.lr=0.01"]
-    plan, unit = _plan(), Unit("mapo-idr", 0)
+    plan, unit = toy_plateau_plan(), Unit("mapo-idr", 0)
     first = tmp_path / "first"
     first.mkdir()
     check_plan(first, plan)
@@ -42,6 +36,13 @@ def test_an_unfinished_unit_is_carried_smaller_and_resumes_where_it_paused(tmp_p
     packed = torch.load(tmp_path / "carry" / "runs" / unit.name / "checkpoints" / latest.name / "trainer_state.pt",
                         weights_only=False)
     assert {t["exp_avg"].dtype for t in packed["optimizer"]["state"].values()} == {torch.bfloat16}
+
+    if shutil.which("git"):  # committed where study.sh puts it, no file of the carry may be git-ignored
+        root = Path(__file__).resolve().parents[2]
+        packed_files = [f"experiments/game_state/carry-tight/{f.relative_to(tmp_path / 'carry')}"
+                        for f in (tmp_path / "carry").rglob("*") if f.is_file()]
+        ignored = subprocess.run(["git", "-C", str(root), "check-ignore", *packed_files], capture_output=True, text=True)
+        assert ignored.stdout == "", f"git would leave out of the carry: {ignored.stdout}"
 
     second = tmp_path / "second"
     assert unpack(tmp_path / "carry", second) == ["mapo-idr-s0"]
@@ -66,6 +67,6 @@ def test_an_unfinished_unit_is_carried_smaller_and_resumes_where_it_paused(tmp_p
 
 def test_nothing_to_carry_leaves_no_carry(tmp_path):
     (tmp_path / "run").mkdir()
-    check_plan(tmp_path / "run", _plan())
+    check_plan(tmp_path / "run", toy_plateau_plan())
     (tmp_path / "carry").mkdir()
     assert pack(tmp_path / "run", tmp_path / "carry") == [] and not (tmp_path / "carry").exists()

@@ -11,12 +11,13 @@ import pytest
 from typer.testing import CliRunner
 
 from mapo.cli import app
-from mapo.lab.ablate import AblationPlan, CurveBudget, EvalBudget, PlateauStop, Unit, check_plan, plan_for, run_ablation, run_dir
+from mapo.lab.ablate import AblationPlan, CurveBudget, PlateauStop, Unit, check_plan, plan_for, run_ablation, run_dir
 from mapo.lab.ablate.export import export_ablation
 from mapo.lab.ablate.plateau import metric_value, plateaued, stopping_point
 from mapo.lab.ablate.report import write_outputs
 from mapo.lab.ablate.state import curve_dir, eval_dir, final_step, read_eval, run_metrics, unit_trained
 from mapo.run_folder import read_metrics
+from toy_plan import toy_plateau_plan
 
 TINY = ["policy.model=tiny", "policy.lora.r=4", "optim.lr=0.01"]
 
@@ -141,13 +142,7 @@ def test_a_tiny_ablation_stops_at_the_plateau_skips_on_rerun_and_resumes_where_i
     """The toy's held-out success is 0 throughout (2 turns: the empathy task checks success from turn
     12), so with every=1, patience=2 the unit stops at step 3 of at most 6. First run with a cap of 2
     (a run cut there), then grown to 6: it goes on from step 2 and its evaluations are not redone."""
-    plan = AblationPlan(
-        variants=["mapo-idr"], seeds=[0], steps=6,
-        train=["rollout.scenarios_per_step=1", "rollout.samples_per_scenario=2", "rollout.max_turns=2",
-               "rollout.max_new_tokens=4", "checkpoint_every=5", "keep_checkpoints=1", "transcripts_every=0",
-               "rollout.engine=hf"],  # auto would try vLLM first at every start: seconds a chunk here
-        eval=EvalBudget(limit=1, max_turns=2, max_new_tokens=4, engine="hf"), stop=PlateauStop(every=1, patience=2),
-    )
+    plan = toy_plateau_plan()
     unit = Unit("mapo-idr", 0)
     run = run_dir(tmp_path, unit)
     done: list[tuple[str, str]] = []
@@ -202,13 +197,7 @@ def test_a_unit_trained_in_chunks_is_the_run_trained_at_once(tmp_path):
     from mapo.lab.ablate import run_unit, unit_overrides
     from mapo.records import RUNTIME_KEYS
 
-    plan = AblationPlan(
-        variants=["mapo-idr"], seeds=[0], steps=6,
-        train=["rollout.scenarios_per_step=1", "rollout.samples_per_scenario=2", "rollout.max_turns=2",
-               "rollout.max_new_tokens=4", "checkpoint_every=5", "keep_checkpoints=1", "transcripts_every=0",
-               "rollout.engine=hf"],
-        eval=EvalBudget(limit=1, max_turns=2, max_new_tokens=4, engine="hf"), stop=PlateauStop(every=1, patience=2),
-    )
+    plan = toy_plateau_plan()
     unit = Unit("mapo-idr", 0)
     assert run_unit(tmp_path, plan, unit, None, TINY, show_progress=False) == "trained+evaluated+stopped at step 3 (plateau)"
     whole = train(load_config(None, [*unit_overrides(plan, unit, None, TINY), "steps=3"]), output=tmp_path / "whole",
@@ -219,20 +208,10 @@ def test_a_unit_trained_in_chunks_is_the_run_trained_at_once(tmp_path):
     assert chunked.keys() == at_once.keys() and all(torch.equal(chunked[k], at_once[k]) for k in chunked)
 
 
-def _chunked_plan() -> AblationPlan:
-    return AblationPlan(
-        variants=["mapo-idr"], seeds=[0], steps=6,
-        train=["rollout.scenarios_per_step=1", "rollout.samples_per_scenario=2", "rollout.max_turns=2",
-               "rollout.max_new_tokens=4", "checkpoint_every=5", "keep_checkpoints=1", "transcripts_every=0",
-               "rollout.engine=hf"],
-        eval=EvalBudget(limit=1, max_turns=2, max_new_tokens=4, engine="hf"), stop=PlateauStop(every=1, patience=2),
-    )
-
-
 def test_a_unit_given_one_chunk_trains_it_and_says_it_paused(tmp_path):
     from mapo.lab.ablate import run_unit
 
-    plan, unit = _chunked_plan(), Unit("mapo-idr", 0)
+    plan, unit = toy_plateau_plan(), Unit("mapo-idr", 0)
     assert run_unit(tmp_path, plan, unit, None, TINY, show_progress=False, chunks=1) == "trained+evaluated+paused at step 1"
     assert [m["step"] for m in read_metrics(run_dir(tmp_path, unit))] == [1]
     assert read_eval(eval_dir(tmp_path, "mapo-idr-s0")) is None  # no final evaluation while it trains on
@@ -245,7 +224,7 @@ def test_a_unit_given_one_chunk_trains_it_and_says_it_paused(tmp_path):
 @pytest.mark.parametrize("jobs", [2, 1])  # one job: what `mapo ablate --jobs 1` does for a plateau plan
 def test_an_ablation_in_processes_trains_each_chunk_in_a_fresh_one_to_the_same_plateau(tmp_path, jobs):
     done: list[tuple[str, str]] = []
-    run_ablation(_chunked_plan(), tmp_path, jobs=jobs, extra=TINY, on_done=lambda *a: done.append(a), processes=True)
+    run_ablation(toy_plateau_plan(), tmp_path, jobs=jobs, extra=TINY, on_done=lambda *a: done.append(a), processes=True)
     assert sorted(done) == [("base", "evaluated"), ("mapo-idr-s0", "resumed+evaluated+stopped at step 3 (plateau)")]
     run = run_dir(tmp_path, Unit("mapo-idr", 0))
     assert [m["step"] for m in read_metrics(run)] == [1, 2, 3]
