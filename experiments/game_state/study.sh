@@ -65,7 +65,7 @@ for attempt in $(seq 20); do
     ABLATE=$!
     seen=$(finished)
     while kill -0 "$ABLATE" 2>/dev/null; do
-        sleep 60
+        sleep 60 || true  # a TERM to the process group ends the sleep too: wait on for the checkpoints
         now=$(finished)
         if [ "$now" != "$seen" ]; then export_finished; seen=$now; fi
     done
