@@ -857,3 +857,11 @@ def test_a_success_rate_a_rounding_below_the_target_reaches_it():
     assert heldout_steps_to({0: 50.0, 5: check, 10: 60.0}, 57.5, 10, [5]) == 5.0
     assert heldout_steps_to({0: 50.0, 5: 57.4, 10: 60.0}, 57.5, 10, [5]) == 10.0
     assert steps_to_reach([0.7, 0.7, 0.7], 0.7) == 3  # their mean is 0.6999999999999998
+
+
+def test_the_curves_figure_draws_a_single_panel_and_skips_an_empty_one(tmp_path):
+    from mapo.lab.ablate.curves import HELDOUT, plot_curves
+
+    drawn = plot_curves({"mapo-idr": {HELDOUT: [[37.5, 40.0, 43.1]]}}, tmp_path / "curves.png")
+    assert drawn is not None and drawn.stat().st_size > 0
+    assert plot_curves({"mapo-idr": {"not_a_panel": [[1.0]]}}, tmp_path / "none.png") is None

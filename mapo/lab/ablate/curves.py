@@ -64,7 +64,10 @@ def plot_curves(series: dict[str, dict[str, list[list[float]]]], path: Path, hel
     if not series:
         return None
     keys = [k for k in PANELS if any(k in metrics for metrics in series.values())]
-    figure, panels = pyplot().subplots(1, len(keys), figsize=(5.5 * len(keys), 4), constrained_layout=True)
+    if not keys:
+        return None
+    figure, grid = pyplot().subplots(1, len(keys), figsize=(5.5 * len(keys), 4), constrained_layout=True, squeeze=False)
+    panels = grid[0]  # one panel too (only held-out checks so far: a study's first share still training)
     # ADR rewards (distances) are an order of magnitude larger than IDR's: their own axis, dashed
     absolute = {v for v in series if "reward.kind=adr" in VARIANTS.resolve(v).overrides}
     right = panels[0].twinx() if absolute else None
