@@ -19,6 +19,7 @@ from mapo.run_folder import RunFolder, read_metrics
 from toy_plan import toy_plateau_plan
 
 
+@pytest.mark.slow  # about 40 s: two chunks of a tiny unit and their checks (CI runs the slow tests)
 def test_an_unfinished_unit_is_carried_smaller_and_resumes_where_it_paused(tmp_path):
     extra = ["policy.model=tiny", "policy.lora.r=4", "optim.lr=0.01"]
     plan, unit = toy_plateau_plan(), Unit("mapo-idr", 0)
