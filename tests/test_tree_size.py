@@ -1,9 +1,9 @@
 """The tracked tree stays small enough to copy to a remote GPU machine (64 MiB is a common limit
-there, and a clone should not download a study's raw outputs): at most 48 MiB. Studies keep
+there, and a clone should not download a study's raw outputs): at most 32 MiB. Studies keep
 their results compressed (docs/study, docs/blind); run folders are never committed, and weights
 only as the LoRA adapter (7.5 MB) of the warm start a running study needs every session, since SFT
 on another CPU does not rebuild the same weights (experiments/game_state/warm_start), and as the one
-unfinished units (16 MB each, two at most) a study carries to the next session
+unfinished unit (16 MB, one at most) a study carries to the next session
 (experiments/game_state/carry.py)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LIMIT_MIB = 48
+LIMIT_MIB = 32
 
 
 def tracked_files() -> list[Path]:
@@ -28,7 +28,7 @@ def tracked_files() -> list[Path]:
     return [ROOT / name for name in listed.stdout.decode().split("\0") if name]
 
 
-def test_the_tracked_tree_is_at_most_48_mib():
+def test_the_tracked_tree_is_at_most_32_mib():
     sizes = {path: path.stat().st_size for path in tracked_files() if path.is_file()}
     total = sum(sizes.values()) / 2**20
     largest = sorted(sizes, key=sizes.get, reverse=True)[:5]

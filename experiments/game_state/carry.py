@@ -6,8 +6,8 @@
 Why: a new checkout has no runs/, and a MAPO unit of the state study runs longer than a session on
 this 2-core machine (130 steps at 60-75 s a step, plus a check every 10). Finished units travel as
 exports (mapo.lab.ablate.export); an unfinished one needs its latest checkpoint. A checkpoint is
-27 MB (adapter 7.8, tokenizer 3.5, optimizer state 15.8): two would not fit the tree beside the rest
-(tests/test_tree_size.py, 48 MiB), so the carry keeps the adapter as it is (float32) and Adam's two
+27 MB (adapter 7.8, tokenizer 3.5, optimizer state 15.8), more than the tree can hold beside the rest
+(tests/test_tree_size.py, 32 MiB), so the carry keeps the adapter as it is (float32) and Adam's two
 moments in bfloat16 (half the bytes; 8 bits of mantissa on a running average, far below the
 step-to-step change of the moments),
 and leaves out the tokenizer file, 3.5 MB, where the run's policy rebuilds the same bytes: unpack
@@ -81,6 +81,9 @@ def pack(run: Path, carry: Path) -> list[str]:
     shutil.rmtree(carry, ignore_errors=True)
     if not open_units:
         return []
+    if len(open_units) > 1:  # 16 MB each: the tree holds one (tests/test_tree_size.py)
+        raise ValueError(f"{len(open_units)} unfinished units ({', '.join(u.name for u in open_units)}); the tree "
+                         "holds one carried unit: let the others finish, or stop them earlier, before packing")
     variants = sorted({u.variant for u in open_units}, key=plan.variants.index)
     reduced = AblationPlan.from_dict({**plan.to_dict(), "variants": variants, "seeds": sorted({u.seed for u in open_units})})
     finished = [u.name for u in reduced.units() if u not in open_units and unit_trained(run, plan, u)]

@@ -19,8 +19,9 @@
 #    docs/study/game-state-PLAN (a share of the study: later sessions add theirs) and, with COMMIT=1,
 #    committed, so a session that ends mid-study keeps every finished unit.
 # 4. Stopped (kill -TERM the script's process group some minutes before a session ends), the units
-#    save a checkpoint and the unfinished ones are packed into experiments/game_state/carry-PLAN
-#    (carry.py: 16 MB a unit, the optimizer moments in bfloat16) and, with COMMIT=1, committed: a new
+#    save a checkpoint and the unfinished one is packed into experiments/game_state/carry-PLAN
+#    (carry.py: 16 MB, the optimizer moments in bfloat16; the 32 MiB tree holds one, so let the
+#    other unit of the share finish, or stop the session's last share at one) and, with COMMIT=1, committed: a new
 #    checkout has no runs/. The next session's run of this script, in a checkout without RUN, unpacks
 #    them and resumes them first (its arguments wait for the run after); once nothing is left
 #    unfinished the carry is removed.
