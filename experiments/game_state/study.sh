@@ -10,7 +10,7 @@
 #    cut one from its last checkpoint. Two side by side beat one on both cores: the update is 1.5-1.8x
 #    faster on two cores (39-43 s against 56-74 s on this AMD EPYC, 2026-12-03/04), the rollout not at
 #    all (15-19 s either way). Give a share two units that share a seed or a variant (e.g. `tight 1 mapo
-#    mapo_ragged`, `tight 3,4 grpo`): the plan a carry keeps (4.) is the grid of the units it carries.
+#    mapo_ragged`, `tight 3,4 grpo`): a carry keeps the grid of the units it carries.
 #    (On an Intel Xeon with AMX, 2026-12-03, an update took 37-42 s on one core.) Before that day
 #    two side by side cost 140 s a step each: each unit's vLLM engine bound its threads to the first
 #    cores its process could use, so both ran on core 0; now each runs on cores of its own
@@ -18,13 +18,9 @@
 # 3. Whenever a unit finishes, the finished units are exported without their weights into
 #    docs/study/game-state-PLAN (a share of the study: later sessions add theirs) and, with COMMIT=1,
 #    committed, so a session that ends mid-study keeps every finished unit.
-# 4. Stopped (kill -TERM the script's process group some minutes before a session ends), the units
-#    save a checkpoint and the unfinished one is packed into experiments/game_state/carry-PLAN
-#    (carry.py: 16 MB, the optimizer moments in bfloat16; the 32 MiB tree holds one, so let the
-#    other unit of the share finish, or stop the session's last share at one) and, with COMMIT=1, committed: a new
-#    checkout has no runs/. The next session's run of this script, in a checkout without RUN, unpacks
-#    them and resumes them first (its arguments wait for the run after); once nothing is left
-#    unfinished the carry is removed.
+# 4. Units must finish inside a session: a new checkout has no runs/. experiments/game_state/carry.py packs an
+#    unfinished unit (16 MB), but the tracked tree (31 MiB without it, at most 32: tests/test_tree_size.py)
+#    has no room for one, so it is not committed; a carry must travel outside the tree.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PLAN=$1
@@ -33,12 +29,8 @@ for s in ${2//,/ }; do SEEDS+=(--seed "$s"); done
 shift 2
 RUN=${RUN:-runs/game-state-$PLAN}  # another folder for another share in the same session
 EXPORT=docs/study/game-state-$PLAN
-CARRY=experiments/game_state/carry-$PLAN
 JOBS=${JOBS:-2}
 bash experiments/game_state/build_warm_start.sh runs/game-state-warm
-if [ ! -f "$RUN/plan.json" ] && [ -f "$CARRY/carry.json" ]; then
-    python -m experiments.game_state.carry unpack "$CARRY" "$RUN"
-fi
 VARIANTS=()
 for v in "$@"; do VARIANTS+=(--variant "$v"); done
 
@@ -76,7 +68,3 @@ for attempt in $(seq 20); do
     sleep 10
 done
 export_finished
-[ -f "$RUN/plan.json" ] && python -m experiments.game_state.carry pack "$RUN" "$CARRY"
-if [ "${COMMIT:-0}" = 1 ] && [ -n "$(git status --porcelain -- "$CARRY")" ]; then
-    git add -A "$CARRY" && git commit -q -m "experiments/game_state/carry-$PLAN: the unfinished unit carried ($(date -u +%H:%M))" -- "$CARRY"
-fi
