@@ -2,8 +2,8 @@
 there, and a clone should not download a study's raw outputs): at most 32 MiB. Studies keep
 their results compressed (docs/study, docs/blind); run folders are never committed, and weights
 only as the LoRA adapter (7.5 MB) of the warm start a running study needs every session, since SFT
-on another CPU does not rebuild the same weights (experiments/game_state/warm_start). An unfinished unit's
-packed checkpoint (16 MB, experiments/game_state/carry.py) does not fit beside them."""
+on another CPU does not rebuild the same weights (experiments/game_state/warm_start). An unfinished
+unit is not committed either: it resumes from runs/ on the machine it ran on."""
 
 from __future__ import annotations
 

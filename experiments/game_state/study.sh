@@ -9,8 +9,8 @@
 #    2: a core each), each to its plateau, each chunk of 10 steps in a fresh process; a rerun resumes a
 #    cut one from its last checkpoint. Two side by side beat one on both cores: the update is 1.5-1.8x
 #    faster on two cores (39-43 s against 56-74 s on this AMD EPYC, 2026-12-03/04), the rollout not at
-#    all (15-19 s either way). Give a share two units that share a seed or a variant (e.g. `tight 1 mapo
-#    mapo_ragged`, `tight 3,4 grpo`): a carry keeps the grid of the units it carries.
+#    all (15-19 s either way). A second share in the same session takes another RUN and the other core:
+#    `RUN=runs/game-state-tight-s1 JOBS=1 taskset -c 1 bash experiments/game_state/study.sh ...`.
 #    (On an Intel Xeon with AMX, 2026-12-03, an update took 37-42 s on one core.) Before that day
 #    two side by side cost 140 s a step each: each unit's vLLM engine bound its threads to the first
 #    cores its process could use, so both ran on core 0; now each runs on cores of its own
@@ -18,9 +18,9 @@
 # 3. Whenever a unit finishes, the finished units are exported without their weights into
 #    docs/study/game-state-PLAN (a share of the study: later sessions add theirs) and, with COMMIT=1,
 #    committed, so a session that ends mid-study keeps every finished unit.
-# 4. Units must finish inside a session: a new checkout has no runs/. experiments/game_state/carry.py packs an
-#    unfinished unit (16 MB), but the tracked tree (31 MiB without it, at most 32: tests/test_tree_size.py)
-#    has no room for one, so it is not committed; a carry must travel outside the tree.
+# 4. A unit cut by the end of a session resumes from runs/ when the next session gets the same machine
+#    back (it usually does: docs/results.md, 2026-12-04); on a new machine it reruns from step 0. Its
+#    checkpoint (adapter and optimizer, 16 MB even packed) has no room in the tracked tree (tests/test_tree_size.py).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PLAN=$1
