@@ -24,6 +24,7 @@ from mapo.device import model_device, resolve_precision
 from mapo.lora import trainable
 from mapo.model_source import PolicySpec, load_model, load_tokenizer
 from mapo.nucleus import nucleus_logprobs
+from mapo.prompt_sharing import SharedLayout, layout_if_worth, shared_logits, supports_sharing
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
@@ -47,6 +48,7 @@ class Policy:
         self.fold_system = False
         self.static_cache = False
         self.compute_dtype: torch.dtype | None = None  # autocast dtype of every forward (set_compute_dtype)
+        self.share_prompts = supports_sharing(model)  # log-probs compute each shared prompt once (token_logprobs)
         self.end_of_turn_id = end_of_turn_id(tokenizer)  # the check below builds prompts with it
         self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
         self._reference: torch.nn.Module | None = None
@@ -147,16 +149,21 @@ class Policy:
         log-probability is the target's logit minus the logsumexp, so no full-size
         log-softmax is kept for the backward pass, and the entropy is taken one row
         at a time: the [B, J, vocab] logits are the only full-size tensor alive (top_p < 1
-        adds one masked copy).
+        adds one masked copy). Rows that share a prompt compute it once (mapo.prompt_sharing;
+        `share_prompts` False turns that off).
         """
         input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
         positions = torch.nonzero(targets.any(dim=0)).squeeze(-1).to(self.device)
         if positions.numel() and int(positions[0]) == 0:
             raise ValueError("position 0 has no context to predict it from; it cannot be a target")
+        layout = self._sharing_layout(input_ids, attention_mask, targets)
         with self.computing():  # the backward pass runs outside it, in the dtypes the forward chose
-            logits = self.model(
-                input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=positions - 1, use_cache=False
-            ).logits.float()
+            if layout is not None:
+                logits = shared_logits(self.model, layout, positions, self.pad_id, self.device).float()
+            else:
+                logits = self.model(
+                    input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=positions - 1, use_cache=False
+                ).logits.float()
         if temperature != 1.0:
             logits = logits / temperature
         logp = nucleus_logprobs(logits, input_ids[:, positions], top_p)
@@ -165,6 +172,18 @@ class Policy:
             with torch.no_grad():
                 entropy = torch.stack([entropy_from_logits(row) for row in logits.detach()])
         return logp, entropy
+
+    def _sharing_layout(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, targets: torch.Tensor
+    ) -> SharedLayout | None:
+        """The rows' prompt-shared layout (mapo.prompt_sharing) when it pays, else None. Rows are
+        right-padded, as `mapo.core.losses.collate` makes them."""
+        if not self.share_prompts:
+            return None
+        rows = [ids[:n] for ids, n in zip(input_ids.tolist(), attention_mask.sum(dim=1).tolist())]
+        trained = targets.any(dim=1).tolist()
+        firsts = [int(first) if any_ else None for first, any_ in zip(targets.int().argmax(dim=1).tolist(), trained)]
+        return layout_if_worth(rows, firsts)
 
     # ---- reference model, parameters, saving
 

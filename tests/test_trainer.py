@@ -103,7 +103,7 @@ def test_minibatches_and_epochs_take_that_many_optimizer_steps():
 
 
 def test_the_first_optimizer_step_under_bf16_has_a_ratio_of_exactly_one():
-    from mapo.core.update import batch_loss, with_trainer_logprobs
+    from mapo.core.update import batch_loss, feed_order, with_trainer_logprobs
 
     policy = tiny_policy(lora=True, dtype="bf16-mixed")
     traj = _one_trajectory(policy)
@@ -115,7 +115,7 @@ def test_the_first_optimizer_step_under_bf16_has_a_ratio_of_exactly_one():
     assert 0.5 < stats["tis_ratio_mean"] < 1.5  # the sampler's incremental bf16 decoding is the behaviour policy
     # several steps: pi_old comes from a no-grad pass with the first step's batch shapes and precision
     given = with_trainer_logprobs(policy, seqs, 2048, 1.0)
-    chosen = sorted(given, key=lambda s: len(s.input_ids))
+    chosen = [given[i] for i in feed_order(given, policy.share_prompts)]
     n = sum(s.n_trained for s in chosen)
     terms = batch_loss(policy, collate(chosen, policy.pad_id), LossSpec(), n, 1.0, importance="given")
     assert terms.sums["ratio"] == n and terms.sums["kl_old"] == 0.0

@@ -1,4 +1,5 @@
-"""The update's cost in the state view against the transcript's packed layout, on the same games.
+"""The update's cost in the state view against the transcript's packed layout, on the same games,
+each with the shared prompts computed once (mapo.prompt_sharing, the default) and without.
 
     python experiments/game_state/update_cost.py MODEL OUT.json [REPEATS]
 
@@ -6,11 +7,11 @@ MODEL: a policy folder (e.g. a warm start's final/). For each view (`state`: eac
 sequence, after the state it was chosen in; `table`: the whole dialogue as one packed sequence, the
 table in view) it samples one training step's games (2 secrets x 8 dialogues at the tight setting,
 the same secrets and seeds in both views), scores them with MAPO on IDR, and times the update of
-those sequences (the library's `mapo.core.step.training_batch` and `mapo.core.update.update`, as a training
-step runs them) REPEATS times from the same weights, alternating the views. Reported per view:
-tokens fed, trained tokens, sequences, seconds per update (median), and, for the state view, the
-share of tokens in contexts that another reply of the step shares verbatim (what reusing a shared
-prompt's work could save).
+those sequences (the library's `mapo.core.step.training_batch` and `mapo.core.update.update`, as a
+training step runs them, on one thread as a unit of the study does) REPEATS times from the same
+weights, alternating the layouts (`VIEW` shares prompts, `VIEW-plain` does not). Reported per layout: tokens fed (plain), trained tokens, sequences, seconds
+per update (median), and, for the state view, the share of tokens in contexts that another reply of
+the step shares verbatim; then each view's plain over shared seconds.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ GAME = {"pool_size": 8, "max_turns": 5, "show_turns_left": True, "scoring": "for
 
 
 def _config(model: str, view: str):
-    return load_config("twenty-questions", [f"policy.model={model}", "rollout.engine=hf", "threads=2",
+    return load_config("twenty-questions", [f"policy.model={model}", "rollout.engine=hf", "threads=1",
                                             f"env.options={json.dumps({**GAME, 'view': view})}"])
 
 
@@ -66,14 +67,18 @@ def main(model: str, out: str, repeats: int = 3) -> None:
                          "replies": sum(len(t.turns) for g in groups for t in g.trajectories)}
         if view == "state":
             results[view]["shared_context_token_share"] = _shared_share(groups)
+    for view in list(results):
+        results[f"{view}-plain"] = {**results[view], "seconds": []}
     for _ in range(repeats):
-        for view, (config, policy, sequences) in layouts.items():
+        for name in results:
+            config, policy, sequences = layouts[name.removesuffix("-plain")]
+            policy.share_prompts = not name.endswith("-plain")
             snapshot = [p.detach().clone() for p in policy.trainable_parameters()]
             optimizer = make_optimizer(policy, config.optim)
             start = time.perf_counter()
             update(policy, optimizer, sequences, config.optim, config.loss, config.rollout.temperature,
                    off_policy=True, top_p=config.rollout.top_p)
-            results[view]["seconds"].append(time.perf_counter() - start)
+            results[name]["seconds"].append(time.perf_counter() - start)
             with torch.no_grad():
                 for p, saved in zip(policy.trainable_parameters(), snapshot):
                     p.copy_(saved)
@@ -81,6 +86,9 @@ def main(model: str, out: str, repeats: int = 3) -> None:
         r["seconds_median"] = statistics.median(r["seconds"])
         r["tokens_per_second"] = r["tokens_fed"] / r["seconds_median"]
     results["state_over_table_seconds"] = results["state"]["seconds_median"] / results["table"]["seconds_median"]
+    for view in ("state", "table"):
+        results[f"{view}_plain_over_shared_seconds"] = (results[f"{view}-plain"]["seconds_median"]
+                                                        / results[view]["seconds_median"])
     Path(out).write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     print(json.dumps(results, indent=1))
 

@@ -22,6 +22,7 @@ from mapo.config import OptimSpec
 from mapo.core.losses import Batch, LossSpec, LossTerms, TrainSequence, collate, policy_loss
 from mapo.engines.importance import mismatch_stats
 from mapo.policy import Policy
+from mapo.prompt_sharing import fed_tokens
 from mapo.runtime import release_freed_memory
 
 log = logging.getLogger(__name__)
@@ -37,15 +38,26 @@ def make_optimizer(policy: Policy, optim: OptimSpec) -> torch.optim.Optimizer:
     )
 
 
-def micro_batches(sequences: Sequence[TrainSequence], token_budget: int) -> list[list[TrainSequence]]:
-    """Consecutive chunks whose padded size (count x longest) stays within `token_budget` (>= 1 sequence)."""
+def feed_order(sequences: Sequence[TrainSequence], share_prompts: bool = False) -> list[int]:
+    """The order the log-probs feed `sequences` in: by their ids when prompts are shared (equal and
+    like prompts side by side, mapo.prompt_sharing), else by length (the least padding)."""
+    if share_prompts:
+        return sorted(range(len(sequences)), key=lambda i: sequences[i].input_ids)
+    return sorted(range(len(sequences)), key=lambda i: len(sequences[i].input_ids))
+
+
+def micro_batches(
+    sequences: Sequence[TrainSequence], token_budget: int, share_prompts: bool = False
+) -> list[list[TrainSequence]]:
+    """Consecutive chunks whose fed tokens (padded; each shared prompt counted once with
+    `share_prompts`, mapo.prompt_sharing.fed_tokens) stay within `token_budget` (>= 1 sequence)."""
     chunks: list[list[TrainSequence]] = []
     for seq in sequences:
         if chunks:
-            chunk = chunks[-1]
-            width = max(len(seq.input_ids), *(len(s.input_ids) for s in chunk))
-            if width * (len(chunk) + 1) <= token_budget:
-                chunk.append(seq)
+            grown = [*chunks[-1], seq]
+            firsts = [s.trained.index(True) if any(s.trained) else None for s in grown]
+            if fed_tokens([s.input_ids for s in grown], firsts, share_prompts) <= token_budget:
+                chunks[-1] = grown
                 continue
         chunks.append([seq])
     return chunks
@@ -113,13 +125,14 @@ def update(
         order = rng.permutation(len(sequences)) if rng is not None and optim.minibatches > 1 else range(len(sequences))
         shuffled = [sequences[i] for i in order]
         for minibatch in np.array_split(np.arange(len(shuffled)), max(1, min(optim.minibatches, len(shuffled)))):
-            chosen = sorted((shuffled[i] for i in minibatch), key=lambda s: len(s.input_ids))
+            picked = [shuffled[i] for i in minibatch]
+            chosen = [picked[i] for i in feed_order(picked, policy.share_prompts)]
             n_tokens = sum(s.n_trained for s in chosen)
             if n_tokens == 0:
                 continue
             optimizer.zero_grad(set_to_none=True)
             loss_value = 0.0
-            for chunk in micro_batches(chosen, optim.micro_batch_tokens):
+            for chunk in micro_batches(chosen, optim.micro_batch_tokens, policy.share_prompts):
                 terms = batch_loss(
                     policy, collate(chunk, policy.pad_id), loss_spec, n_tokens, temperature, importance, top_p
                 )
@@ -209,10 +222,10 @@ def with_trainer_logprobs(
     (-inf where top_p < 1 leaves a sampled id outside the model's nucleus)."""
     out: dict[int, TrainSequence] = {}
     policy.model.eval()
-    # chunked in the update's own order (shortest first) so its first step sees the same batch shapes
-    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i].input_ids))
+    # chunked in the update's own order so its first step sees the same batch shapes
+    order = feed_order(sequences, policy.share_prompts)
     with torch.no_grad():
-        for chunk in micro_batches([sequences[i] for i in order], token_budget):
+        for chunk in micro_batches([sequences[i] for i in order], token_budget, policy.share_prompts):
             batch = collate(chunk, policy.pad_id)
             logp, _ = policy.token_logprobs(batch.input_ids, batch.attention_mask, batch.trained, temperature, top_p=top_p)
             positions = torch.nonzero(batch.trained.any(dim=0)).squeeze(-1).tolist()

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 
 from mapo.core.losses import Batch, TrainSequence, collate
-from mapo.core.update import micro_batches
+from mapo.core.update import feed_order, micro_batches
 from mapo.policy import Policy
 
 
@@ -23,7 +23,8 @@ def summed_nll(policy: Policy, batch: Batch) -> torch.Tensor:
 def held_out_loss(policy: Policy, sequences: Sequence[TrainSequence], token_budget: int) -> float:
     """Token-mean cross-entropy of `sequences` (no gradient, eval mode)."""
     policy.model.eval()
-    ordered = sorted(sequences, key=lambda s: len(s.input_ids))
+    ordered = [sequences[i] for i in feed_order(sequences, policy.share_prompts)]
     total = sum(s.n_trained for s in ordered)
-    nll = sum(float(summed_nll(policy, collate(chunk, policy.pad_id))) for chunk in micro_batches(ordered, token_budget))
+    chunks = micro_batches(ordered, token_budget, policy.share_prompts)
+    nll = sum(float(summed_nll(policy, collate(chunk, policy.pad_id))) for chunk in chunks)
     return nll / total if total else float("nan")

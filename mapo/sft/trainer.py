@@ -31,7 +31,7 @@ import numpy as np
 
 from mapo.config import OptimSpec, TrainConfig, config_dict
 from mapo.core.losses import collate
-from mapo.core.update import make_optimizer, micro_batches, step_if_finite
+from mapo.core.update import feed_order, make_optimizer, micro_batches, step_if_finite
 from mapo.gguf_cache import drop_quantisation_flag
 from mapo.model_source import resolve_source
 from mapo.policy import Policy, load_policy
@@ -154,7 +154,8 @@ class SftTrainer:
     def train_step(self, step: int) -> dict[str, Any]:
         started = time.perf_counter()
         seed_everything(step_seed(self.config.seed, step))  # LoRA dropout draws, reproducible on resume
-        chosen = sorted((self.train_sequences[i] for i in self.batch_indices(step)), key=lambda s: len(s.input_ids))
+        picked = [self.train_sequences[i] for i in self.batch_indices(step)]
+        chosen = [picked[i] for i in feed_order(picked, self.policy.share_prompts)]
         n_tokens = sum(s.n_trained for s in chosen)
         lr = self.spec.lr * lr_factor(step, self.total_steps, self.spec.warmup_steps, self.spec.schedule)
         for group in self.optimizer.param_groups:
@@ -162,7 +163,7 @@ class SftTrainer:
         self.policy.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         loss = 0.0
-        for chunk in micro_batches(chosen, self.optim.micro_batch_tokens):
+        for chunk in micro_batches(chosen, self.optim.micro_batch_tokens, self.policy.share_prompts):
             nll = summed_nll(self.policy, collate(chunk, self.policy.pad_id)) / n_tokens
             nll.backward()
             loss += float(nll.detach())
