@@ -220,6 +220,21 @@ def test_a_unit_given_one_chunk_trains_it_and_says_it_paused(tmp_path):
     assert read_eval(eval_dir(tmp_path, "mapo-idr-s0")) == read_eval(curve_dir(tmp_path, "mapo-idr-s0", 3))
 
 
+def test_a_resumed_chunk_runs_on_the_threads_it_is_given_not_its_first_chunks(tmp_path):
+    import torch
+
+    from mapo.lab.ablate import run_unit
+
+    plan, unit, before = toy_plateau_plan(), Unit("mapo-idr", 0), torch.get_num_threads()
+    try:
+        run_unit(tmp_path, plan, unit, 1, TINY, show_progress=False, chunks=1)
+        run_unit(tmp_path, plan, unit, 2, TINY, show_progress=False, chunks=1)  # resumed with --jobs 1 on 2 cores
+    finally:
+        torch.set_num_threads(before)
+    lines = (run_dir(tmp_path, unit) / "provenance.jsonl").read_text().splitlines()
+    assert [json.loads(line)["machine"]["torch_threads"] for line in lines][-2:] == [1, 2]
+
+
 @pytest.mark.slow  # about a minute: a worker process a chunk (CI runs the slow tests)
 @pytest.mark.parametrize("jobs", [2, 1])  # one job: what `mapo ablate --jobs 1` does for a plateau plan
 def test_an_ablation_in_processes_trains_each_chunk_in_a_fresh_one_to_the_same_plateau(tmp_path, jobs):

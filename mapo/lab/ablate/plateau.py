@@ -142,7 +142,9 @@ def train_until_plateau(out: Path, plan: AblationPlan, unit: Unit, overrides: Se
             train(load_config(None, [*overrides, f"steps={step}"]), output=run.path, show_progress=show_progress)
             did.append("trained")
         else:
-            train(resume=run.path, overrides=[f"steps={step}"], show_progress=show_progress)
+            # a chunk runs on the threads given now, not its run's first ones (--jobs or the machine changed)
+            given = [item for item in overrides if item.startswith("threads=")]
+            train(resume=run.path, overrides=[f"steps={step}", *given], show_progress=show_progress)
             did.append("resumed")
         evaluate(step)
         did.append("evaluated")
