@@ -515,6 +515,8 @@ def test_shares_of_a_study_export_without_weights_into_one_folder_that_reports_l
         result = CliRunner().invoke(app, ["ablate", "--resume", str(share), "--export", str(tmp_path / "export")])
         assert result.exit_code == 0 and "Exported 2 runs" in result.output, result.output
     export = tmp_path / "export"
+    again = CliRunner().invoke(app, ["ablate", "--resume", str(tmp_path / "share1"), "--export", str(export)])
+    assert again.exit_code == 0, again.output  # exported again (a study does whenever a unit ends): no new share
     assert json.loads((export / "plan.json").read_text())["seeds"] == [0, 1]
     assert not list(export.rglob("checkpoints")) and not list(export.rglob("transcripts.html")) and (export / "runs" / "mapo-idr-s1" / "final" / "WEIGHTS_LEFT_OUT").is_file()
     assert [s["units"] for s in json.loads((export / "exported.json").read_text())["shares"]] == [

@@ -90,7 +90,11 @@ def export_ablation(source: Path, target: Path) -> tuple[AblationPlan, list[str]
         _copy_eval(source, target, unit.name)
     copied = [u.name for u in ready]
     marks = json.loads((target / EXPORT_MARK).read_text(encoding="utf-8")) if is_export(target) else {"shares": []}
-    marks["shares"].append({"source": str(source.resolve()), "units": copied})
+    origin = str(source.resolve())
+    # a share is recorded once for what it brought first: a study re-exports its folder whenever a unit ends
+    known = {name for share_mark in marks["shares"] if share_mark["source"] == origin for name in share_mark["units"]}
+    if brought := [name for name in copied if name not in known]:
+        marks["shares"].append({"source": origin, "units": brought})
     (target / EXPORT_MARK).write_text(json.dumps(marks, indent=2) + "\n", encoding="utf-8")
     (target / "plan.json").write_text(json.dumps(plan.to_dict(), indent=2) + "\n", encoding="utf-8")
     return plan, copied, left
