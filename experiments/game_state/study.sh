@@ -11,7 +11,9 @@
 #    faster on two cores (39-43 s against 56-74 s on this AMD EPYC, 2026-12-03/04), the rollout not at
 #    all (15-19 s either way). A second share in the same session takes another RUN and the other core:
 #    `RUN=runs/game-state-tight-s1 JOBS=1 taskset -c 1 bash experiments/game_state/study.sh ...`.
-#    (On an Intel Xeon with AMX, 2026-12-03, an update took 37-42 s on one core.) Before that day
+#    On an Intel Xeon with AMX (2026-12-04) it is the other way: one unit on both cores (JOBS=1) took 26-32 s
+#    a step against 50-57 s on one (update 17-22 s against 33-41 s, rollout 9 s against 15-19 s), so there
+#    one unit at a time finishes twice as soon for the same throughput. Before 2026-12-03
 #    two side by side cost 140 s a step each: each unit's vLLM engine bound its threads to the first
 #    cores its process could use, so both ran on core 0; now each runs on cores of its own
 #    (mapo.lab.ablate.runner.core_sets).
