@@ -52,7 +52,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("backends", ("mapo.backends",)),  # LLM endpoints and chat transports of the LLM-backed roles
     ("envs", ("mapo.envs",)),
     ("models", ("mapo.generation", "mapo.gguf_cache", "mapo.chat_template", "mapo.nucleus",
-                "mapo.model_source", "mapo.lora", "mapo.policy")),
+                "mapo.model_source", "mapo.lora", "mapo.prompt_sharing", "mapo.policy")),
     ("engines", ("mapo.engines",)),
     # the RL core up to the loss: Scenario -> rollout -> Group -> rewards -> advantages -> losses
     ("core", ("mapo.core.rollout", "mapo.core.rewards", "mapo.core.advantage_input", "mapo.core.advantages",
