@@ -52,14 +52,16 @@ def micro_batches(
     """Consecutive chunks whose fed tokens (padded; each shared prompt counted once with
     `share_prompts`, mapo.prompt_sharing.fed_tokens) stay within `token_budget` (>= 1 sequence)."""
     chunks: list[list[TrainSequence]] = []
+    firsts: list[list[int | None]] = []  # each chunk's first trained positions, computed once a sequence
     for seq in sequences:
-        if chunks:
-            grown = [*chunks[-1], seq]
-            firsts = [s.trained.index(True) if any(s.trained) else None for s in grown]
-            if fed_tokens([s.input_ids for s in grown], firsts, share_prompts) <= token_budget:
-                chunks[-1] = grown
-                continue
-        chunks.append([seq])
+        first = seq.trained.index(True) if any(seq.trained) else None
+        if chunks and fed_tokens([*(s.input_ids for s in chunks[-1]), seq.input_ids], [*firsts[-1], first],
+                                 share_prompts) <= token_budget:
+            chunks[-1].append(seq)
+            firsts[-1].append(first)
+        else:
+            chunks.append([seq])
+            firsts.append([first])
     return chunks
 
 
